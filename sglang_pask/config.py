@@ -1,0 +1,196 @@
+"""One validated configuration object for sglang-pask, and how it travels to every SGLang process.
+
+The launcher parses this project's flags into a :class:`PaskConfig`, validates it (exit status 2 and
+a one-line message naming the flag on bad values, before any model loads) and publishes it as JSON in
+the environment variable :data:`CONFIG_ENV`. SGLang's scheduler and detokenizer are spawned
+processes that inherit the environment, and the plugin (:mod:`sglang_pask.plugin`) reads the same
+object back there with :func:`PaskConfig.from_env`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+CONFIG_ENV = "SGLANG_PASK_CONFIG"
+
+# Policies are listed here only once they work end to end; later issues add their names.
+KV_POLICIES: tuple[str, ...] = ("full",)
+
+_RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message names the flag."""
+
+
+@dataclass(frozen=True)
+class LayerGroupSpec:
+    """``--kv-layer-groups``: either a number of equal contiguous groups or explicit layer ranges.
+
+    Exactly one of ``count`` and ``ranges`` is set. ``ranges`` holds inclusive ``(first, last)``
+    layer indices in order.
+    """
+
+    count: Optional[int] = None
+    ranges: Optional[tuple[tuple[int, int], ...]] = None
+
+    @classmethod
+    def parse(cls, text: str) -> "LayerGroupSpec":
+        """Parse ``"4"`` (four equal groups) or ``"0-11,12-23"`` (explicit inclusive ranges)."""
+        text = text.strip()
+        if text.isdigit():
+            count = int(text)
+            if count < 1:
+                raise ConfigError(f"--kv-layer-groups: the number of groups must be at least 1, got {count}")
+            return cls(count=count)
+        if not _RANGES.match(text):
+            raise ConfigError(
+                f"--kv-layer-groups: expected a number of groups (e.g. 4) or inclusive layer ranges "
+                f"(e.g. 0-11,12-23), got {text!r}"
+            )
+        ranges = tuple(tuple(int(x) for x in part.split("-")) for part in text.split(","))
+        expected_start = 0
+        for first, last in ranges:
+            if first > last:
+                raise ConfigError(f"--kv-layer-groups: range {first}-{last} is empty (first layer after last)")
+            if first != expected_start:
+                raise ConfigError(
+                    f"--kv-layer-groups: ranges must start at layer 0 and be contiguous; "
+                    f"expected a range starting at {expected_start}, got {first}-{last}"
+                )
+            expected_start = last + 1
+        return cls(ranges=ranges)  # type: ignore[arg-type]
+
+    def resolve(self, num_layers: int) -> list[range]:
+        """Layer ranges for a model with ``num_layers`` layers; raises ConfigError if they do not fit."""
+        if self.count is not None:
+            if self.count > num_layers:
+                raise ConfigError(
+                    f"--kv-layer-groups: {self.count} groups requested but the model has {num_layers} layers"
+                )
+            bounds = [round(i * num_layers / self.count) for i in range(self.count + 1)]
+            return [range(bounds[i], bounds[i + 1]) for i in range(self.count)]
+        assert self.ranges is not None
+        covered = self.ranges[-1][1] + 1
+        if covered != num_layers:
+            raise ConfigError(
+                f"--kv-layer-groups: ranges cover layers 0-{covered - 1} but the model has {num_layers} "
+                f"layers (0-{num_layers - 1})"
+            )
+        return [range(first, last + 1) for first, last in self.ranges]
+
+    def __str__(self) -> str:
+        if self.count is not None:
+            return str(self.count)
+        assert self.ranges is not None
+        return ",".join(f"{a}-{b}" for a, b in self.ranges)
+
+
+@dataclass(frozen=True)
+class PaskConfig:
+    """Everything sglang-pask adds to an SGLang server.
+
+    Attributes
+    ----------
+    kv_policy : str
+        Which KV persistence policy decides what each layer group keeps (one of :data:`KV_POLICIES`).
+    kv_budget : float
+        Total KV budget as a fraction of full KV, in (0, 1].
+    kv_layer_groups : LayerGroupSpec
+        How layers are grouped; each group keeps its own token set.
+    """
+
+    kv_policy: str = "full"
+    kv_budget: float = 1.0
+    kv_layer_groups: LayerGroupSpec = field(default_factory=lambda: LayerGroupSpec(count=1))
+
+    def __post_init__(self) -> None:
+        if self.kv_policy not in KV_POLICIES:
+            raise ConfigError(f"--kv-policy: unknown policy {self.kv_policy!r}; choose from {', '.join(KV_POLICIES)}")
+        if not (0.0 < self.kv_budget <= 1.0):
+            raise ConfigError(f"--kv-budget: must be in (0, 1], got {self.kv_budget}")
+
+    def to_dict(self) -> dict:
+        """Plain JSON-serializable form (layer groups as their flag text)."""
+        data = asdict(self)
+        data["kv_layer_groups"] = str(self.kv_layer_groups)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "PaskConfig":
+        """Inverse of :meth:`to_dict`; raises ConfigError on unknown keys or bad values."""
+        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups"}
+        if unknown:
+            raise ConfigError(f"unknown sglang-pask config keys: {', '.join(sorted(unknown))}")
+        return cls(
+            kv_policy=str(data.get("kv_policy", "full")),
+            kv_budget=float(data.get("kv_budget", 1.0)),
+            kv_layer_groups=LayerGroupSpec.parse(str(data.get("kv_layer_groups", "1"))),
+        )
+
+    def publish(self) -> None:
+        """Put this config into the environment, where spawned SGLang processes find it."""
+        os.environ[CONFIG_ENV] = json.dumps(self.to_dict())
+
+    @classmethod
+    def from_env(cls) -> Optional["PaskConfig"]:
+        """The config the launcher published, or None when SGLang was started without sglang-pask."""
+        raw = os.environ.get(CONFIG_ENV)
+        if not raw:
+            return None
+        try:
+            return cls.from_dict(json.loads(raw))
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{CONFIG_ENV} is not valid JSON: {err}") from err
+
+
+def _budget(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
+    if not (0.0 < value <= 1.0):
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _layer_groups(text: str) -> LayerGroupSpec:
+    try:
+        return LayerGroupSpec.parse(text)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("--kv-layer-groups: ")) from None
+
+
+def add_cli_args(parser: argparse.ArgumentParser) -> None:
+    """Add this project's flags, as one argument group, to ``parser``."""
+    group = parser.add_argument_group("sglang-pask", "KV persistence per layer group (PASK, StructKV)")
+    group.add_argument(
+        "--kv-policy",
+        choices=KV_POLICIES,
+        default="full",
+        help="Which policy decides the KV each layer group keeps (default: full).",
+    )
+    group.add_argument(
+        "--kv-budget",
+        type=_budget,
+        default=1.0,
+        help="Total KV budget as a fraction of full KV, in (0, 1] (default: 1.0).",
+    )
+    group.add_argument(
+        "--kv-layer-groups",
+        type=_layer_groups,
+        default=LayerGroupSpec(count=1),
+        metavar="N|A-B,C-D,...",
+        help="Layer groups: a number of equal contiguous groups, or inclusive layer ranges that cover "
+        "all layers, e.g. 0-11,12-23 (default: 1).",
+    )
+
+
+def from_namespace(args: argparse.Namespace) -> PaskConfig:
+    """Build the config from parsed flags (see :func:`add_cli_args`)."""
+    return PaskConfig(kv_policy=args.kv_policy, kv_budget=args.kv_budget, kv_layer_groups=args.kv_layer_groups)

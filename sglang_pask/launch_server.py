@@ -1,0 +1,147 @@
+"""``python -m sglang_pask.launch_server``: SGLang's server with sglang-pask's flags and defaults.
+
+Every SGLang server flag is accepted unchanged; this project's flags (``--kv-policy``,
+``--kv-budget``, ``--kv-layer-groups``) are parsed into one validated :class:`PaskConfig` first, so a
+bad value exits with status 2 and a one-line message naming the flag before any model loads.
+Then, where the user did not decide otherwise:
+
+* no ``--model-path``: the embedded default model is prepared (first use) and served, with SGLang's
+  ``qwen25`` tool-call parser so OpenAI ``tools`` requests return ``tool_calls``;
+* no GPU: the CPU engine (``SGLANG_USE_CPU_ENGINE=1``, ``--device cpu``, torch_native attention,
+  CUDA graphs off, a KV pool sized for a CPU machine);
+* the config is published in the environment for the plugin in every spawned SGLang process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn, Optional
+
+from sglang_pask.config import ConfigError, PaskConfig, add_cli_args, from_namespace
+
+PROG = "python -m sglang_pask.launch_server"
+
+# CPU engine defaults, each applied only when the user did not pass that flag.
+CPU_DEFAULTS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("--device", ("--device", "cpu")),
+    ("--attention-backend", ("--attention-backend", "torch_native")),
+    ("--disable-cuda-graph", ("--disable-cuda-graph",)),
+    # SGLang sizes the KV pool as a fraction of "device memory"; on CPU that is host RAM, and its
+    # default would take most of it. 2**17 token slots are ~1.5 GiB for the default model.
+    ("--max-total-tokens", ("--max-total-tokens", "131072")),
+)
+
+
+# The default model (Qwen2.5) writes tool calls as <tool_call>{...}</tool_call>; SGLang's qwen25 parser
+# turns them into OpenAI `tool_calls`.
+DEFAULT_MODEL_TOOL_PARSER = "qwen25"
+
+
+class _OwnFlagParser(argparse.ArgumentParser):
+    """Parses only this project's flags; errors are one line on stderr and exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        _fail(message)
+
+
+def _fail(message: str) -> NoReturn:
+    print(f"{PROG}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _has_flag(argv: list[str], flag: str) -> bool:
+    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
+
+
+def _flag_value(argv: list[str], flag: str) -> Optional[str]:
+    for index, arg in enumerate(argv):
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+        if arg == flag and index + 1 < len(argv):
+            return argv[index + 1]
+    return None
+
+
+def split_argv(argv: list[str]) -> tuple[PaskConfig, list[str]]:
+    """Separate this project's flags from SGLang's and validate them into a PaskConfig.
+
+    Exits with status 2 and a one-line message naming the flag if a value is invalid.
+    """
+    parser = _OwnFlagParser(prog=PROG, add_help=False, allow_abbrev=False)
+    add_cli_args(parser)
+    args, sglang_argv = parser.parse_known_args(argv)
+    try:
+        return from_namespace(args), sglang_argv
+    except ConfigError as err:
+        _fail(str(err))
+
+
+def _model_layer_count(model_path: str) -> Optional[int]:
+    """Layer count from a local model folder's config.json; None for non-local paths."""
+    config_file = Path(model_path) / "config.json"
+    if not config_file.is_file():
+        return None
+    config = json.loads(config_file.read_text())
+    config = config.get("text_config", config)
+    layers = config.get("num_hidden_layers")
+    return int(layers) if layers is not None else None
+
+
+def _gpu_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
+    """Everything before SGLang parses its flags: validation, device and model defaults, publishing.
+
+    Returns the config and the argv to hand to SGLang.
+    """
+    config, sglang_argv = split_argv(argv)
+    if not _gpu_available():
+        os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
+        for flag, defaults in CPU_DEFAULTS:
+            if not _has_flag(sglang_argv, flag):
+                sglang_argv += list(defaults)
+    model_path = _flag_value(sglang_argv, "--model-path") or _flag_value(sglang_argv, "--model")
+    if model_path is None:
+        from sglang_pask.default_model import DefaultModelError, ensure_default_model
+
+        try:
+            model_path = str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
+        except DefaultModelError as err:
+            print(f"{PROG}: error: {err}", file=sys.stderr)
+            raise SystemExit(1) from None
+        sglang_argv += ["--model-path", model_path]
+        if not _has_flag(sglang_argv, "--tool-call-parser"):
+            sglang_argv += ["--tool-call-parser", DEFAULT_MODEL_TOOL_PARSER]
+    layers = _model_layer_count(model_path)
+    if layers is not None:
+        try:
+            config.kv_layer_groups.resolve(layers)
+        except ConfigError as err:
+            _fail(str(err))
+    config.publish()
+    return config, sglang_argv
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in argv or "--help" in argv:
+        from sglang_pask.srt.server import print_help
+
+        print_help(PROG, add_cli_args)
+        return
+    _, sglang_argv = prepare(argv)
+    from sglang_pask.srt.server import serve
+
+    serve(sglang_argv)
+
+
+if __name__ == "__main__":
+    main()
