@@ -1,0 +1,1 @@
+"""Benchmarks of sglang-pask: run as modules from the repository root, e.g. ``python -m bench.bfcl``."""

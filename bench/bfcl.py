@@ -1,0 +1,513 @@
+"""BFCL AST accuracy for KV policies and budgets: ``python -m bench.bfcl``.
+
+Asks a running SGLang server (``--url``), or servers it starts itself, one per (policy, budget),
+with ``python -m sglang_pask.launch_server <--server-args> --kv-policy P --kv-budget B --port N``,
+BFCL's eight AST categories in BFCL's prompting format: greedy, the answer constrained to a Python
+call list over the item's functions (``--grammar``: EBNF by default; the equivalent regex costs
+xgrammar 11 s to compile for a one-function item and 450 s for a 37-function one with the default
+model's 151k-token vocabulary on the 2-core CPU, EBNF 0.1-0.3 s), many requests in flight so that
+the server batches them. BFCL's own AST checker scores every answer. Prints a table per configuration, and
+writes the JSON (``--json``), a markdown report (``--markdown``) and a PNG of average accuracy
+against budget (``--plot``).
+
+Policy ``full`` keeps every token, so it runs once (budget 1.0) whatever ``--budgets`` says, and is
+plotted as a reference line.
+
+Examples
+--------
+Against a running server::
+
+    python -m bench.bfcl --url http://127.0.0.1:30000 --limit 5
+
+Starting servers (one per configuration)::
+
+    python -m bench.bfcl --server-args "--device cpu" --policies full pask --budgets 0.33 0.2 \\
+        --split eval --limit 20 --json out.json --plot out.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, Sequence
+
+import requests
+from tqdm import tqdm
+
+from sglang_pask.bfcl.checker import check
+from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem, check_categories, load_items
+from sglang_pask.bfcl.grammar import item_ebnf, item_regex
+from sglang_pask.bfcl.prompt import build_messages
+from sglang_pask.bfcl.report import ConfigResult, ItemResult, format_table, plot_accuracy_vs_budget
+from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+GRAMMARS: dict[str, Callable[[BfclItem], str] | None] = {"regex": item_regex, "ebnf": item_ebnf, "none": None}
+FULL_POLICY = "full"
+
+
+def _split_words(values: Sequence[str]) -> list[str]:
+    """Accept both ``a b`` and ``a,b`` for list options."""
+    return [word for value in values for word in value.replace(",", " ").split()]
+
+
+def parse_budgets(values: Sequence[str]) -> list[float]:
+    """Parse ``--budgets``: fractions of full KV in (0, 1].
+
+    Parameters
+    ----------
+    values : sequence of str
+        E.g. ``["0.33", "0.2"]`` or ``["0.33,0.2"]``.
+
+    Returns
+    -------
+    list of float
+        The budgets, duplicates removed, in the given order.
+
+    Raises
+    ------
+    ValueError
+        If a value is not a number in (0, 1] or none is given.
+    """
+    budgets = []
+    for word in _split_words(values):
+        try:
+            budget = float(word)
+        except ValueError:
+            raise ValueError(f"--budgets: {word!r} is not a number") from None
+        if not 0.0 < budget <= 1.0:
+            raise ValueError(f"--budgets: {word} is outside (0, 1]")
+        budgets.append(budget)
+    if not budgets:
+        raise ValueError("--budgets: no budget given")
+    return list(dict.fromkeys(budgets))
+
+
+def configurations(policies: Sequence[str], budgets: Sequence[float]) -> list[tuple[str, float]]:
+    """The (policy, budget) grid; ``full`` appears once, at budget 1.0.
+
+    Parameters
+    ----------
+    policies : sequence of str
+        Policy names.
+    budgets : sequence of float
+        Budgets for the compressing policies.
+
+    Returns
+    -------
+    list of (str, float)
+        The configurations to run, in order.
+    """
+    grid: list[tuple[str, float]] = []
+    for policy in dict.fromkeys(policies):
+        grid.extend([(policy, 1.0)] if policy == FULL_POLICY else [(policy, b) for b in budgets])
+    return grid
+
+
+def select_items(
+    categories: Sequence[str], split: str | None, ids_file: str | None, limit: int | None
+) -> list[BfclItem]:
+    """Choose the items to evaluate.
+
+    Parameters
+    ----------
+    categories : sequence of str
+        AST categories to load.
+    split : {"eval", "calib"} or None
+        Keep only this split (applied before ``limit``).
+    ids_file : str or None
+        Evaluate exactly the ids in this file (one per line), in file order.
+    limit : int or None
+        At most this many items per category (the first ones, in file order).
+
+    Returns
+    -------
+    list of BfclItem
+        The selection.
+
+    Raises
+    ------
+    ValueError
+        On bad input or an empty selection.
+    """
+    items = load_items(categories)
+    if ids_file is not None:
+        items = select_by_ids(items, read_ids_file(ids_file))
+    if split is not None:
+        items = split_items(items, split)
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"--limit must be at least 1, got {limit}")
+        taken: dict[str, int] = {}
+        kept = []
+        for item in items:
+            if taken.get(item.category, 0) < limit:
+                taken[item.category] = taken.get(item.category, 0) + 1
+                kept.append(item)
+        items = kept
+    if not items:
+        raise ValueError("the selection is empty (check --categories, --ids and --split)")
+    return items
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ManagedServer:
+    """A ``sglang_pask.launch_server`` process for one configuration, killed on exit.
+
+    Parameters
+    ----------
+    server_args : str
+        Extra launcher arguments (shell syntax), e.g. ``"--device cpu"``.
+    policy : str
+        ``--kv-policy``.
+    budget : float
+        ``--kv-budget``.
+    port : int
+        ``--port``.
+    log_path : pathlib.Path
+        File receiving the server's stdout and stderr.
+    timeout_s : float
+        How long to wait for ``/health``.
+    """
+
+    def __init__(
+        self, server_args: str, policy: str, budget: float, port: int, log_path: Path, timeout_s: float
+    ) -> None:
+        self.command = [
+            sys.executable, "-m", "sglang_pask.launch_server", *shlex.split(server_args),
+            "--kv-policy", policy, "--kv-budget", f"{budget:g}", "--port", str(port),
+        ]
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self.timeout_s = timeout_s
+        self._process: subprocess.Popen | None = None
+
+    def __enter__(self) -> "ManagedServer":
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("w") as log:
+            log.write(f"$ {shlex.join(self.command)}\n")
+            log.flush()
+            self._process = subprocess.Popen(
+                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
+            )
+        try:
+            self._wait_healthy()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise RuntimeError(
+                    f"server exited with status {self._process.returncode} before it was healthy; "
+                    f"see {self.log_path}:\n{_tail(self.log_path)}"
+                )
+            try:
+                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(2)
+        raise TimeoutError(f"server not healthy after {self.timeout_s:.0f} s; see {self.log_path}")
+
+    def stop(self) -> None:
+        """Terminate the server's whole process group (SGLang spawns scheduler processes)."""
+        if self._process is None or self._process.poll() is not None:
+            return
+        pgid = os.getpgid(self._process.pid)
+        os.killpg(pgid, signal.SIGTERM)
+        try:
+            self._process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(pgid, signal.SIGKILL)
+            self._process.wait()
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+def served_model(url: str) -> str:
+    """Return the id of the model a server serves (``/v1/models``)."""
+    response = requests.get(f"{url}/v1/models", timeout=30)
+    response.raise_for_status()
+    return response.json()["data"][0]["id"]
+
+
+def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, timeout_s: float) -> ItemResult:
+    """Send one item to ``/v1/chat/completions`` (greedy, constrained) and check the answer.
+
+    Parameters
+    ----------
+    url : str
+        Server base URL.
+    model : str
+        Served model id.
+    item : BfclItem
+        The item.
+    grammar : {"regex", "ebnf", "none"}
+        The constraint sent with the request.
+    max_tokens : int
+        Answer length cap.
+    timeout_s : float
+        Request timeout.
+
+    Returns
+    -------
+    ItemResult
+        The answer and BFCL's verdict.
+
+    Raises
+    ------
+    requests.HTTPError
+        If the server rejects the request.
+    """
+    body = {
+        "model": model,
+        "messages": build_messages(item),
+        "temperature": 0.0,
+        "max_tokens": max_tokens,
+    }
+    build_grammar = GRAMMARS[grammar]
+    if build_grammar is not None:
+        body[grammar] = build_grammar(item)
+    start = time.perf_counter()
+    response = requests.post(f"{url}/v1/chat/completions", json=body, timeout=timeout_s)
+    latency = time.perf_counter() - start
+    if response.status_code != 200:
+        raise requests.HTTPError(f"{item.id}: HTTP {response.status_code}: {response.text[:500]}")
+    payload = response.json()
+    choice = payload["choices"][0]
+    text = choice["message"].get("content") or ""
+    verdict = check(item, text)
+    usage = payload.get("usage") or {}
+    return ItemResult(
+        id=item.id,
+        category=item.category,
+        output=text,
+        valid=verdict.valid,
+        error_type=verdict.error_type,
+        latency_s=latency,
+        prompt_tokens=int(usage.get("prompt_tokens", 0)),
+        completion_tokens=int(usage.get("completion_tokens", 0)),
+        finish_reason=str(choice.get("finish_reason")),
+    )
+
+
+def run_config(
+    url: str, policy: str, budget: float, items: Sequence[BfclItem], args: argparse.Namespace
+) -> ConfigResult:
+    """Ask every item concurrently against one server.
+
+    Parameters
+    ----------
+    url : str
+        Server base URL.
+    policy, budget : str, float
+        The configuration (labels of the result).
+    items : sequence of BfclItem
+        Items to ask.
+    args : argparse.Namespace
+        ``concurrency``, ``grammar``, ``max_tokens``, ``request_timeout``.
+
+    Returns
+    -------
+    ConfigResult
+        Results in the order of ``items``.
+    """
+    model = served_model(url)
+    results: dict[str, ItemResult] = {}
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+        futures = [
+            pool.submit(ask, url, model, item, args.grammar, args.max_tokens, args.request_timeout)
+            for item in items
+        ]
+        with tqdm(total=len(futures), desc=f"{policy}@{budget:g}", unit="item") as bar:
+            for future in as_completed(futures):
+                result = future.result()
+                results[result.id] = result
+                bar.update(1)
+                bar.set_postfix(correct=sum(r.valid for r in results.values()))
+    wall = time.perf_counter() - start
+    ordered = [results[item.id] for item in items]
+    return ConfigResult(policy=policy, budget=budget, items=ordered, wall_s=wall, server={"url": url, "model": model})
+
+
+def machine_info() -> dict[str, str | int]:
+    """``uname -a``, CPU count and Python version of this machine."""
+    return {
+        "uname": " ".join(platform.uname()),
+        "nproc": os.cpu_count() or 0,
+        "python": platform.python_version(),
+    }
+
+
+def git_commit() -> str:
+    """The repository's HEAD commit, with ``-dirty`` when tracked files are modified."""
+    def git(*cmd: str) -> str:
+        return subprocess.run(
+            ["git", *cmd], cwd=REPO_ROOT, capture_output=True, text=True, check=False
+        ).stdout.strip()
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    p = argparse.ArgumentParser(prog="python -m bench.bfcl", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--url", help="a running server (then one policy and budget: labels only)")
+    where.add_argument("--server-args", help="start servers with these launcher arguments (shell syntax)")
+    p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="AST categories")
+    p.add_argument("--limit", type=int, help="at most N items per category (first in file order)")
+    p.add_argument("--ids", help="file of item ids (one per line) to evaluate exactly")
+    p.add_argument("--split", choices=SPLITS, help="only the evaluation or the calibration split")
+    p.add_argument("--policies", nargs="+", default=[FULL_POLICY], help="KV policies")
+    p.add_argument("--budgets", nargs="+", default=["0.33", "0.2"], help="KV budgets in (0, 1]")
+    p.add_argument("--grammar", choices=sorted(GRAMMARS), default="ebnf",
+                   help="answer constraint (regex: same language, but 10-450 s to compile per item on CPU)")
+    p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
+    p.add_argument("--max-tokens", type=int, default=256, help="answer length cap")
+    p.add_argument("--request-timeout", type=float, default=900.0, help="seconds per request")
+    p.add_argument("--port", type=int, help="server port when starting servers (None: a free one each time)")
+    p.add_argument("--server-timeout", type=float, default=900.0, help="seconds to wait for /health")
+    p.add_argument("--log-dir", help="folder for server logs (None: a new temporary folder)")
+    p.add_argument("--json", help="write all results here")
+    p.add_argument("--markdown", help="write a markdown report here")
+    p.add_argument("--plot", help="write the accuracy-vs-budget PNG here")
+    return p
+
+
+def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
+    args.categories = list(check_categories(_split_words(args.categories)))
+    policies = _split_words(args.policies)
+    if not policies:
+        raise ValueError("--policies: no policy given")
+    budgets = parse_budgets(args.budgets)
+    if args.concurrency < 1:
+        raise ValueError(f"--concurrency must be at least 1, got {args.concurrency}")
+    if args.max_tokens < 1:
+        raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if args.url is None and args.server_args is None:
+        raise ValueError("give --url (a running server) or --server-args (start servers)")
+    if args.url is not None and len(configurations(policies, budgets)) != 1:
+        raise ValueError("with --url the server has one configuration: give one policy and one budget")
+    return policies, budgets
+
+
+def _report_markdown(record: dict, configs: Sequence[ConfigResult]) -> str:
+    lines = [
+        f"# BFCL AST accuracy ({record['date']})",
+        "",
+        f"- command: `{record['command']}`",
+        f"- date: {record['date']}",
+        f"- machine: {record['machine']['uname']}; nproc {record['machine']['nproc']}",
+        f"- commit: {record['commit']}",
+        f"- items: {record['n_items']} ({', '.join(record['categories'])}); grammar {record['grammar']}, "
+        f"greedy, max tokens {record['max_tokens']}, concurrency {record['concurrency']}",
+        "",
+        "Accuracy in % (correct/n) by BFCL's AST checker; average = unweighted mean over categories.",
+        "",
+        format_table(configs),
+        "",
+        "| config | wall s | mean latency s | mean prompt tokens | mean answer tokens |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for c in configs:
+        n = len(c.items)
+        lines.append(
+            f"| {c.label} | {c.wall_s:.0f} | {sum(r.latency_s for r in c.items) / n:.1f} | "
+            f"{sum(r.prompt_tokens for r in c.items) / n:.0f} | {sum(r.completion_tokens for r in c.items) / n:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; see ``--help``."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        policies, budgets = _validate(args)
+        items = select_items(args.categories, args.split, args.ids, args.limit)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    grid = configurations(policies, budgets)
+    print(f"{len(items)} items, {len(grid)} configuration(s): {', '.join(f'{p}@{b:g}' for p, b in grid)}")
+    configs: list[ConfigResult] = []
+    if args.url is not None:
+        configs.append(run_config(args.url.rstrip("/"), *grid[0], items, args))
+    else:
+        log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="bench_bfcl_logs_"))
+        for policy, budget in grid:
+            port = args.port or free_port()
+            log_path = log_dir / f"server_{policy}_{budget:g}.log"
+            print(f"starting server {policy}@{budget:g} on port {port}, log {log_path}")
+            with ManagedServer(args.server_args, policy, budget, port, log_path, args.server_timeout) as server:
+                config = run_config(server.url, policy, budget, items, args)
+                config.server.update(command=shlex.join(server.command), log=str(log_path))
+            configs.append(config)
+    print(format_table(configs))
+    record = {
+        "command": shlex.join(["python", "-m", "bench.bfcl", *(sys.argv[1:] if argv is None else argv)]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "commit": git_commit(),
+        "categories": args.categories,
+        "split": args.split,
+        "ids_file": args.ids,
+        "limit": args.limit,
+        "grammar": args.grammar,
+        "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency,
+        "n_items": len(items),
+        "configs": [
+            {
+                "policy": c.policy,
+                "budget": c.budget,
+                "average": c.average(),
+                "categories": {k: {"n": s.n, "correct": s.correct, "accuracy": s.accuracy} for k, s in c.scores().items()},
+                "wall_s": c.wall_s,
+                "server": c.server,
+                "items": [r.__dict__ for r in c.items],
+            }
+            for c in configs
+        ],
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    if args.markdown:
+        Path(args.markdown).write_text(_report_markdown(record, configs), encoding="utf-8")
+    if args.plot:
+        plot_accuracy_vs_budget(configs, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""``python -m bench.bfcl`` end to end against a stub OpenAI-compatible server on 127.0.0.1.
+
+The stub answers the first item of each category with BFCL's reference answer and the second with a
+wrong call, so the expected scores are known exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from bench.bfcl import main, select_items
+from sglang_pask.bfcl.oracle import oracle_answer
+from sglang_pask.bfcl.prompt import build_messages
+
+CATEGORIES = ["simple_python", "parallel_multiple"]
+
+
+@pytest.fixture()
+def stub_server():
+    items = select_items(CATEGORIES, None, None, 2)
+    by_prompt = {json.dumps(build_messages(it)): (i, it) for i, it in enumerate(items)}
+    requests_seen: list[dict] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):  # keep pytest output clean
+            pass
+
+        def _reply(self, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._reply({"data": [{"id": "stub-model"}]})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            requests_seen.append(body)
+            index, item = by_prompt[json.dumps(body["messages"])]
+            text = oracle_answer(item) if index % 2 == 0 else "[no_such_function(x=1)]"
+            self._reply({
+                "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 100 + index, "completion_tokens": 10},
+            })
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", requests_seen
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_bench_scores_writes_json_markdown_and_plot(stub_server, tmp_path, capsys):
+    url, requests_seen = stub_server
+    out_json, out_md, out_png = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.png"
+    rc = main([
+        "--url", url, "--categories", *CATEGORIES, "--limit", "2", "--concurrency", "3",
+        "--max-tokens", "64", "--json", str(out_json), "--markdown", str(out_md), "--plot", str(out_png),
+    ])
+    assert rc == 0
+    assert len(requests_seen) == 4
+    for body in requests_seen:
+        assert body["model"] == "stub-model"
+        assert body["temperature"] == 0.0 and body["max_tokens"] == 64
+        assert body["ebnf"].startswith('root ::= "["') and "regex" not in body
+    record = json.loads(out_json.read_text())
+    (config,) = record["configs"]
+    assert (config["policy"], config["budget"]) == ("full", 1.0)
+    assert config["categories"] == {
+        c: {"n": 2, "correct": 1, "accuracy": 50.0} for c in CATEGORIES
+    }
+    assert config["average"] == 50.0
+    assert [r["valid"] for r in config["items"]] == [True, False, True, False]
+    assert config["items"][1]["error_type"] == "simple_function_checker:wrong_func_name"
+    assert record["commit"] and record["machine"]["nproc"] >= 1 and record["command"].startswith("python -m bench.bfcl")
+    markdown = out_md.read_text()
+    assert "| simple_python | 50.0 (1/2) |" in markdown and "**50.0**" in markdown
+    assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| **average** | **50.0** |" in capsys.readouterr().out
+
+
+def test_bench_sends_the_chosen_grammar(stub_server):
+    url, requests_seen = stub_server
+    assert main(["--url", url, "--categories", "simple_python", "--limit", "1", "--grammar", "regex"]) == 0
+    assert main(["--url", url, "--categories", "simple_python", "--limit", "1", "--grammar", "none"]) == 0
+    with_regex, unconstrained = requests_seen
+    assert "ebnf" not in with_regex and with_regex["regex"].startswith(r"\[(")
+    assert not {"regex", "ebnf"} & set(unconstrained)
