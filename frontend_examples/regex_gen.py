@@ -14,7 +14,7 @@ import json
 import sglang as sgl
 
 DATE = r"\d{4}-\d{2}-\d{2}"
-VERSION = r"\d+\.\d+\.\d+"
+VERSION = r"\d{1,3}\.\d{1,3}\.\d{1,3}"
 YES_NO = r"(yes|no)"
 
 

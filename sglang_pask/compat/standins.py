@@ -21,7 +21,7 @@ does it hand out a synthesized stand-in:
   ``forward_native`` torch paths; no stand-in function is called while serving text models.
 * the ``torchvision`` stand-in synthesizes any ``torchvision.*`` submodule; attributes are
   placeholder classes that raise when used, and ``InterpolationMode`` is a real enum (modules use it
-  at import time). It has no dist-info, so transformers still reports torchvision as unavailable.
+  at import time).
 
 Neither stand-in does any computation. Multimodal (vision) models cannot be served with them.
 """
@@ -98,8 +98,6 @@ class _StandInLoader(importlib.abc.Loader):
         module.__getattr__ = _standin_getattr(module.__name__)  # type: ignore[attr-defined]
         module.__doc__ = f"CPU stand-in for {module.__name__} (see sglang_pask.compat.standins)."
         module.IS_SGLANG_PASK_STANDIN = True  # type: ignore[attr-defined]
-        if module.__name__ == "torchvision":
-            module.__version__ = "0.0.0+sglang_pask_standin"  # type: ignore[attr-defined]
 
 
 class _AlreadyLoaded(importlib.abc.Loader):

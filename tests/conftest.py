@@ -1,0 +1,55 @@
+"""Shared fixtures: the tiny random-weight model, and real servers started once per test session."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from tiny_model import build_tiny_model  # noqa: E402
+
+from sglang_pask.server_process import ServerProcess  # noqa: E402
+
+# Flags of the shared tiny-model server; tests read them back through /server_info.
+TINY_SERVER_FLAGS = ["--kv-policy", "full", "--kv-budget", "1.0", "--kv-layer-groups", "0-0,1-1"]
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A freshly built tiny Qwen3 model folder (tokenizer + random bf16 weights)."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def tiny_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """``python -m sglang_pask.launch_server`` on the tiny model (CPU engine chosen by the launcher)."""
+    log = tmp_path_factory.mktemp("logs") / "tiny_server.log"
+    server = ServerProcess(
+        [
+            "--model-path",
+            str(tiny_model_dir),
+            # A random model favours whitespace, which JSON grammars allow without limit.
+            "--constrained-json-disable-any-whitespace",
+            *TINY_SERVER_FLAGS,
+        ],
+        log,
+    )
+    try:
+        yield server.wait_ready(timeout_s=300)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def default_model_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """The launcher with no --model-path: serves the embedded default model (prepared on first use)."""
+    log = tmp_path_factory.mktemp("logs") / "default_model_server.log"
+    server = ServerProcess([], log)
+    try:
+        yield server.wait_ready(timeout_s=900)
+    finally:
+        server.stop()

@@ -1,0 +1,74 @@
+"""PaskConfig and LayerGroupSpec: parsing, resolution against a model, and the environment round trip."""
+
+import json
+
+import pytest
+
+from sglang_pask.config import CONFIG_ENV, ConfigError, LayerGroupSpec, PaskConfig
+
+
+def test_layer_group_count_splits_layers_evenly():
+    groups = LayerGroupSpec.parse("4").resolve(24)
+    assert [(g.start, g.stop) for g in groups] == [(0, 6), (6, 12), (12, 18), (18, 24)]
+    uneven = LayerGroupSpec.parse("3").resolve(8)
+    assert sum(len(g) for g in uneven) == 8 and [g.start for g in uneven] == [0, 3, 5]
+
+
+def test_layer_group_ranges_resolve_and_print_back():
+    spec = LayerGroupSpec.parse("0-11,12-23")
+    assert [(g.start, g.stop) for g in spec.resolve(24)] == [(0, 12), (12, 24)]
+    assert str(spec) == "0-11,12-23"
+    assert LayerGroupSpec.parse(str(spec)) == spec
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("0", "at least 1"),
+        ("abc", "expected a number of groups"),
+        ("1-3,4-5", "start at layer 0"),
+        ("0-3,5-9", "expected a range starting at 4"),
+        ("0-3,4-2", "is empty"),
+        ("0-3;4-5", "expected a number of groups"),
+    ],
+)
+def test_layer_group_parse_errors_name_the_flag(text, fragment):
+    with pytest.raises(ConfigError) as err:
+        LayerGroupSpec.parse(text)
+    assert str(err.value).startswith("--kv-layer-groups:") and fragment in str(err.value)
+
+
+def test_layer_groups_must_fit_the_model():
+    with pytest.raises(ConfigError, match="ranges cover layers 0-9 but the model has 24"):
+        LayerGroupSpec.parse("0-4,5-9").resolve(24)
+    with pytest.raises(ConfigError, match="5 groups requested but the model has 2 layers"):
+        LayerGroupSpec.parse("5").resolve(2)
+
+
+@pytest.mark.parametrize("budget", [0.0, -0.1, 1.01])
+def test_budget_outside_unit_interval_is_rejected(budget):
+    with pytest.raises(ConfigError, match="--kv-budget"):
+        PaskConfig(kv_budget=budget)
+
+
+def test_unknown_policy_is_rejected():
+    with pytest.raises(ConfigError, match="--kv-policy: unknown policy 'nope'"):
+        PaskConfig(kv_policy="nope")
+
+
+def test_environment_round_trip(monkeypatch):
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    assert PaskConfig.from_env() is None
+    config = PaskConfig(kv_policy="full", kv_budget=0.5, kv_layer_groups=LayerGroupSpec.parse("0-1,2-3"))
+    config.publish()
+    assert json.loads(__import__("os").environ[CONFIG_ENV])["kv_layer_groups"] == "0-1,2-3"
+    assert PaskConfig.from_env() == config
+
+
+def test_broken_environment_config_is_a_clear_error(monkeypatch):
+    monkeypatch.setenv(CONFIG_ENV, "{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        PaskConfig.from_env()
+    monkeypatch.setenv(CONFIG_ENV, json.dumps({"kv_policy": "full", "bogus": 1}))
+    with pytest.raises(ConfigError, match="unknown sglang-pask config keys: bogus"):
+        PaskConfig.from_env()

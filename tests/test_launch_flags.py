@@ -1,0 +1,61 @@
+"""Flag handling of ``python -m sglang_pask.launch_server``: bad values exit 2 with one line, early."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+LAUNCHER = [sys.executable, "-m", "sglang_pask.launch_server"]
+
+
+def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([*LAUNCHER, *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--kv-budget", "1.5"], "argument --kv-budget: must be in (0, 1], got 1.5"),
+        (["--kv-budget", "0"], "argument --kv-budget: must be in (0, 1], got 0"),
+        (["--kv-budget=-0.2"], "argument --kv-budget: must be in (0, 1], got -0.2"),
+        (["--kv-budget", "half"], "argument --kv-budget: must be a number in (0, 1], got 'half'"),
+        (["--kv-policy", "snapkv-typo"], "argument --kv-policy: invalid choice: 'snapkv-typo'"),
+        (["--kv-layer-groups", "0"], "argument --kv-layer-groups: the number of groups must be at least 1"),
+        (["--kv-layer-groups", "0-3,5-9"], "argument --kv-layer-groups: ranges must start at layer 0 and be contiguous"),
+        (["--kv-layer-groups", "x"], "argument --kv-layer-groups: expected a number of groups"),
+    ],
+)
+def test_invalid_value_exits_2_with_one_line_naming_the_flag(args, message):
+    started = time.monotonic()
+    result = run_launcher(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert message in lines[0]
+    assert time.monotonic() - started < 30, "validation must happen before anything heavy loads"
+
+
+def test_layer_groups_checked_against_the_model_before_it_loads(tiny_model_dir):
+    result = run_launcher("--model-path", str(tiny_model_dir), "--kv-layer-groups", "3")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "python -m sglang_pask.launch_server: error: --kv-layer-groups: 3 groups requested but the model has 2 layers"
+    ]
+    result = run_launcher("--model-path", str(tiny_model_dir), "--kv-layer-groups", "0-0")
+    assert result.returncode == 2
+    assert "ranges cover layers 0-0 but the model has 2 layers (0-1)" in result.stderr
+
+
+def test_unknown_flag_is_rejected_by_sglang_parser(tiny_model_dir):
+    result = run_launcher("--model-path", str(tiny_model_dir), "--no-such-flag", "1")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --no-such-flag 1" in result.stderr
+
+
+def test_help_lists_sglang_and_own_flags():
+    result = run_launcher("--help")
+    assert result.returncode == 0
+    for flag in ("--model-path", "--attention-backend", "--kv-policy", "--kv-budget", "--kv-layer-groups"):
+        assert flag in result.stdout
+    assert "sglang-pask" in result.stdout
