@@ -1,0 +1,364 @@
+"""Per-token cost of role tagging next to xgrammar's own per-token cost, measured side by side.
+
+For each grammar (a JSON-schema function call, a BFCL-style regex call list, a SQL EBNF query with
+and without role captures) one token sequence runs through three loops, alternated for
+``--repeats`` rounds on the same machine; each loop keeps its fastest round:
+
+- ``xgr``: xgrammar alone, ``fill_next_token_bitmask`` + ``accept_token`` per token (what SGLang's
+  grammar backend does per decoding step);
+- ``both``: the same plus ``RoleTracker.accept`` per token;
+- ``tag``: ``RoleTracker.accept`` alone (capture-based EBNF tracks need the matcher: not run alone).
+
+``added`` is the tagging cost over xgrammar's: ``tag / xgr`` (for capture tracks ``(both - xgr) /
+xgr``). ``warm`` is the steady state (the grammar's memo already holds the sequence's transitions,
+as for every request after the first with that grammar); ``cold`` uses a fresh role grammar per
+round (the first request of a grammar; in BFCL every item has its own regex). Compile times of the
+role grammar and of xgrammar's grammar are reported per request.
+
+``--bfcl N`` adds a sweep over the first N items of a BFCL category as the BFCL harness sends them
+(its EBNF, the item's function docs, the reference answer as output): every item is a new grammar, so
+every item is tagged cold, once, as in a real BFCL run.
+
+Usage::
+
+    python bench/role_tagging.py [--tokenizer toy|default|PATH] [--repeats 30] [--bfcl N] [--json OUT]
+
+``default`` is the project's default model tokenizer (Qwen2.5-Coder, 151k tokens) when it has been
+prepared; ``toy`` a 4096-token BPE trained on the Python standard library.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sglang_pask.structure.tracker import RoleGrammar
+from sglang_pask.structure.vocab import TokenVocab
+
+_WEATHER = {
+    "location": {"type": "string"},
+    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    "days": {"type": "integer"},
+    "alerts": {"type": "boolean"},
+}
+_TOOLS = [
+    ("get_weather", {"type": "object", "properties": _WEATHER, "required": ["location", "days"]}),
+    ("get_time", {"type": "object", "properties": {"timezone": {"type": "string"}}, "required": ["timezone"]}),
+]
+JSON_SCHEMA = {
+    "type": "array",
+    "minItems": 1,
+    "items": {
+        "type": "object",
+        "anyOf": [
+            {
+                "properties": {"name": {"type": "string", "enum": [name]}, "parameters": params},
+                "required": ["name", "parameters"],
+            }
+            for name, params in _TOOLS
+        ],
+    },
+}
+JSON_TEXT = (
+    '[{"name": "get_weather", "parameters": {"location": "San Francisco, California", "unit": "celsius", '
+    '"days": 14, "alerts": true}}, {"name": "get_time", "parameters": {"timezone": "Europe/Paris"}}]'
+)
+_AREA = r'calculate_triangle_area\(base=-?\d+, height=-?\d+(, unit=("units"|"cm"))?\)'
+_FACT = r"math\.factorial\(number=-?\d+\)"
+REGEX = rf"\[({_AREA}|{_FACT})(, ({_AREA}|{_FACT}))*\]"
+REGEX_TEXT = '[calculate_triangle_area(base=10, height=5, unit="units"), math.factorial(number=5)]'
+# The BFCL harness's form (sglang_pask.bfcl.grammar): one EBNF rule per function and per
+# parameter-name set; which arguments are required comes from the function docs.
+BFCL_EBNF = r"""root ::= "[" call ("," " "? call)* "]"
+call ::= fn_0 | fn_1
+fn_0 ::= "calculate_triangle_area(" (key_0 "=" value ("," " "? key_0 "=" value)*)? ")"
+key_0 ::= "base" | "height" | "unit"
+fn_1 ::= "math.factorial(" (key_1 "=" value ("," " "? key_1 "=" value)*)? ")"
+key_1 ::= "number"
+value ::= string | number | "True" | "False" | "None" | list | dict
+list ::= "[" (value ("," " "? value)*)? "]"
+dict ::= "{" (pair ("," " "? pair)*)? "}"
+pair ::= string ":" " "? value
+string ::= ("\"" ([^"\\\n] | "\\" [^\n])* "\"") | ("'" ([^'\\\n] | "\\" [^\n])* "'")
+number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)?
+"""
+BFCL_DOCS = [
+    {
+        "name": "calculate_triangle_area",
+        "parameters": {
+            "type": "dict",
+            "properties": {"base": {"type": "integer"}, "height": {"type": "integer"}, "unit": {"type": "string"}},
+            "required": ["base", "height"],
+        },
+    },
+    {
+        "name": "math.factorial",
+        "parameters": {"type": "dict", "properties": {"number": {"type": "integer"}}, "required": ["number"]},
+    },
+]
+SQL = r"""root ::= "SELECT " columns " FROM " table where?
+columns ::= column (", " column)*
+column[capture="arg_key"] ::= [a-z_]+
+table[capture="func_name"] ::= [a-z_]+
+where ::= " WHERE " column " " op " " value (" AND " column " " op " " value)*
+op ::= "=" | ">" | "<"
+value ::= number | string
+number[capture="value_number"] ::= [0-9]+
+string[capture="value_string"] ::= "'" [^']* "'"
+"""
+SQL_TEXT = "SELECT name, age, city FROM users WHERE age > 30 AND city = 'New York' AND name = 'bob'"
+SQL_PLAIN = re.sub(r'\[capture="[^"]*"\]', "", SQL)  # the same grammar without role captures
+
+# name: (grammar kind, grammar, output text, function docs or None)
+CASES: dict[str, tuple[str, str, str, list[dict[str, Any]] | None]] = {
+    "json_function_call": ("json", json.dumps(JSON_SCHEMA), JSON_TEXT, None),
+    "bfcl_regex_call": ("regex", REGEX, REGEX_TEXT, None),
+    "bfcl_ebnf_call": ("ebnf", BFCL_EBNF, REGEX_TEXT, BFCL_DOCS),
+    "sql_ebnf_captures": ("ebnf", SQL, SQL_TEXT, None),
+    "sql_ebnf_lexer": ("ebnf", SQL_PLAIN, SQL_TEXT, None),
+}
+
+
+def load_tokenizer(which: str) -> tuple[Any, str]:
+    """The tokenizer named by ``--tokenizer`` and a description of it."""
+    if which == "toy":
+        from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer
+
+        return build_toy_tokenizer(), "toy byte-level BPE (4096, Python stdlib)"
+    from transformers import AutoTokenizer
+
+    if which == "default":
+        from sglang_pask.default_model import MODEL_NAME, default_model_dir, is_prepared
+
+        if not is_prepared():
+            raise SystemExit("the default model is not prepared; use --tokenizer toy or a path")
+        return AutoTokenizer.from_pretrained(default_model_dir()), MODEL_NAME
+    return AutoTokenizer.from_pretrained(which), which
+
+
+def _timed(fn: Callable[[], int], rounds: list[int]) -> None:
+    gc.disable()
+    try:
+        rounds.append(fn())
+    finally:
+        gc.enable()
+
+
+def _compile_xgr(compiler: Any, kind: str, key: str) -> Any:
+    if kind == "json":
+        return compiler.compile_json_schema(key)
+    if kind == "regex":
+        return compiler.compile_regex(key)
+    return compiler.compile_grammar(key)
+
+
+class _Case:
+    """One grammar and one accepted token sequence, with the three timed loops."""
+
+    def __init__(self, kind: str, key: str, ids: list[int], functions: Any, vocab: TokenVocab, compiler: Any):
+        import xgrammar
+
+        self.xgrammar = xgrammar
+        self.kind, self.key, self.ids, self.functions, self.vocab = kind, key, ids, functions, vocab
+        start = time.perf_counter_ns()
+        self.compiled = _compile_xgr(compiler, kind, key)
+        self.xgr_compile_ns = time.perf_counter_ns() - start
+        self.bitmask = xgrammar.allocate_token_bitmask(1, len(vocab))
+        self.compile_ns: list[int] = []
+
+    def fresh(self) -> RoleGrammar:
+        """A new role grammar (its compile time is recorded)."""
+        start = time.perf_counter_ns()
+        grammar = RoleGrammar.compile(self.kind, self.key, self.vocab, functions=self.functions)
+        self.compile_ns.append(time.perf_counter_ns() - start)
+        return grammar
+
+    def run_xgr(self) -> int:
+        m = self.xgrammar.GrammarMatcher(self.compiled)
+        bitmask = self.bitmask
+        start = time.perf_counter_ns()
+        for t in self.ids:
+            m.fill_next_token_bitmask(bitmask)
+            if not m.accept_token(t):
+                raise RuntimeError(f"xgrammar rejected token {t} of the {self.kind} case")
+        return time.perf_counter_ns() - start
+
+    def run_both(self, grammar: RoleGrammar) -> int:
+        m = self.xgrammar.GrammarMatcher(self.compiled)
+        tracker = grammar.tracker(m)
+        bitmask = self.bitmask
+        start = time.perf_counter_ns()
+        for t in self.ids:
+            m.fill_next_token_bitmask(bitmask)
+            m.accept_token(t)
+            tracker.accept(t)
+        _ = tracker.roles  # capture tracks read their captures here, once per request
+        return time.perf_counter_ns() - start
+
+    def run_tag(self, grammar: RoleGrammar) -> int:
+        tracker = grammar.tracker()
+        start = time.perf_counter_ns()
+        for t in self.ids:
+            tracker.accept(t)
+        return time.perf_counter_ns() - start
+
+
+def bench_case(name: str, tok: Any, vocab: TokenVocab, compiler: Any, repeats: int) -> dict[str, Any]:
+    """Time one case; per-token times in microseconds."""
+    kind, key, text, functions = CASES[name]
+    case = _Case(kind, key, tok.encode(text, add_special_tokens=False), functions, vocab, compiler)
+    grammar = case.fresh()
+    captures = bool(grammar.captures)
+    case.run_both(grammar)  # warm the memo and the caches
+    xgr: list[int] = []
+    both: list[int] = []
+    both_cold: list[int] = []
+    tag: list[int] = []
+    tag_cold: list[int] = []
+    for _ in range(repeats):
+        _timed(case.run_xgr, xgr)
+        _timed(lambda: case.run_both(grammar), both)
+        _timed(lambda: case.run_both(case.fresh()), both_cold)
+        if not captures:
+            _timed(lambda: case.run_tag(grammar), tag)
+            _timed(lambda: case.run_tag(case.fresh()), tag_cold)
+    n = len(case.ids)
+    us = {k: min(v) / n / 1e3 for k, v in [("xgr", xgr), ("both", both), ("both_cold", both_cold)]}
+    if captures:
+        us["tag"] = max(us["both"] - us["xgr"], 0.0)
+        us["tag_cold"] = max(us["both_cold"] - us["xgr"], 0.0)
+    else:
+        us["tag"] = min(tag) / n / 1e3
+        us["tag_cold"] = min(tag_cold) / n / 1e3
+    return {
+        "case": name,
+        "kind": kind,
+        "tokens": n,
+        "captures": captures,
+        "xgr_us_per_token": us["xgr"],
+        "tag_warm_us_per_token": us["tag"],
+        "tag_cold_us_per_token": us["tag_cold"],
+        "added_warm": us["tag"] / us["xgr"],
+        "added_cold": us["tag_cold"] / us["xgr"],
+        "role_compile_ms": min(case.compile_ns) / 1e6,
+        "xgr_compile_ms": case.xgr_compile_ns / 1e6,
+    }
+
+
+def bench_bfcl(tok: Any, vocab: TokenVocab, compiler: Any, n_items: int, category: str, repeats: int) -> dict[str, Any]:
+    """BFCL items in order, each a new grammar (the harness's EBNF) with the item's function docs.
+
+    The reference answer (first allowed value of each parameter) stands in for the model's output.
+    ``first``: the item's first pass, when the shared call-syntax memo has not seen its tokens yet;
+    ``new grammar``: fastest of ``repeats`` passes, each with a new role grammar (the syntax memo has
+    seen the tokens, as in a server that has served similar calls).
+    """
+    from sglang_pask.bfcl.data import load_category
+    from sglang_pask.bfcl.grammar import item_ebnf
+    from sglang_pask.bfcl.oracle import oracle_answer
+
+    xgr_ns = first_ns = fresh_ns = tokens = 0
+    role_compile_ns = xgr_compile_ns = 0
+    items = load_category(category)[:n_items]
+    for item in items:
+        case = _Case("ebnf", item_ebnf(item), tok.encode(oracle_answer(item), add_special_tokens=False),
+                     item.functions, vocab, compiler)  # fmt: skip
+        first: list[int] = []
+        _timed(lambda c=case: c.run_tag(c.fresh()), first)
+        xgr: list[int] = []
+        fresh: list[int] = []
+        for _ in range(repeats):
+            _timed(case.run_xgr, xgr)
+            _timed(lambda c=case: c.run_tag(c.fresh()), fresh)
+        xgr_ns += min(xgr)
+        first_ns += first[0]
+        fresh_ns += min(fresh)
+        tokens += len(case.ids)
+        role_compile_ns += min(case.compile_ns)
+        xgr_compile_ns += case.xgr_compile_ns
+    return {
+        "case": f"bfcl_{category}_sweep",
+        "kind": "ebnf",
+        "items": len(items),
+        "tokens": tokens,
+        "xgr_us_per_token": xgr_ns / tokens / 1e3,
+        "tag_first_us_per_token": first_ns / tokens / 1e3,
+        "tag_new_grammar_us_per_token": fresh_ns / tokens / 1e3,
+        "added_first": first_ns / xgr_ns,
+        "added_new_grammar": fresh_ns / xgr_ns,
+        "role_compile_ms": role_compile_ns / len(items) / 1e6,
+        "xgr_compile_ms": xgr_compile_ns / len(items) / 1e6,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokenizer", default="toy", help="toy | default | path of a Hugging Face tokenizer")
+    parser.add_argument("--repeats", type=int, default=30, help="rounds per loop (the fastest is kept)")
+    parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument(
+        "--bfcl",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also sweep the first N items of a BFCL category, one new grammar each",
+    )
+    parser.add_argument("--bfcl-category", default="simple_python")
+    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    args = parser.parse_args(argv)
+
+    import xgrammar
+
+    tok, tok_name = load_tokenizer(args.tokenizer)
+    info = xgrammar.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
+    vocab = TokenVocab.from_xgrammar(info, extra_special_ids=tok.all_special_ids)
+    compiler = xgrammar.GrammarCompiler(info, max_threads=1)
+    rows = [bench_case(name, tok, vocab, compiler, args.repeats) for name in args.cases]
+
+    print(f"tokenizer: {tok_name} ({info.vocab_size} tokens); {args.repeats} rounds, fastest kept")
+    head = f"{'case':<20} {'tok':>4} {'xgr us/tok':>11} {'tag warm':>9} {'added':>7} {'tag cold':>9} {'added':>7}"
+    head += f" {'role compile ms':>16} {'xgr compile ms':>15}"
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(
+            f"{r['case']:<20} {r['tokens']:>4} {r['xgr_us_per_token']:>11.2f} {r['tag_warm_us_per_token']:>9.2f}"
+            f" {r['added_warm']:>7.1%} {r['tag_cold_us_per_token']:>9.2f} {r['added_cold']:>7.1%}"
+            f" {r['role_compile_ms']:>16.3f} {r['xgr_compile_ms']:>15.3f}"
+        )
+    print("added = tagging / xgrammar (fill_next_token_bitmask + accept_token); capture rows: (both - xgr) / xgr")
+    sweep = None
+    if args.bfcl:
+        sweep = bench_bfcl(tok, vocab, compiler, args.bfcl, args.bfcl_category, args.repeats)
+        print(
+            f"\n{sweep['case']}: {sweep['items']} items, {sweep['tokens']} tokens, every item a new grammar\n"
+            f"  xgr {sweep['xgr_us_per_token']:.2f} us/token; tagging: first pass"
+            f" {sweep['tag_first_us_per_token']:.2f} us/token ({sweep['added_first']:.1%}), new grammar"
+            f" {sweep['tag_new_grammar_us_per_token']:.2f} us/token ({sweep['added_new_grammar']:.1%})\n"
+            f"  compile per item: role grammar {sweep['role_compile_ms']:.3f} ms,"
+            f" xgrammar {sweep['xgr_compile_ms']:.1f} ms"
+        )
+    if args.json:
+        meta = {
+            "tokenizer": tok_name,
+            "vocab_size": info.vocab_size,
+            "repeats": args.repeats,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+        }
+        out = {"meta": meta, "rows": rows, "bfcl_sweep": sweep}
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

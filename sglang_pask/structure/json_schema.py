@@ -1,0 +1,277 @@
+"""Navigation of a JSON schema for role tagging: which keys exist, which are required, where enums are.
+
+Only what roles need is read: ``properties``, ``required``, ``additionalProperties``, ``items`` /
+``prefixItems``, ``enum`` / ``const``, ``$ref`` (local pointers), ``allOf`` (merged), ``anyOf`` /
+``oneOf`` (kept as alternatives, narrowed by enum values seen in the output). Types and numeric or
+string constraints do not change roles, so they are ignored. Nodes are built lazily, which also makes
+recursive schemas (``$ref`` cycles) work.
+
+A *candidate set* is a tuple of node ids: the alternatives a value may still match. Node 0 is the
+unconstrained schema.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Cands = tuple[int, ...]
+ANY: Cands = (0,)
+
+#: Keys whose object is a function-call envelope: the value of ``name`` is the function name and the
+#: keys inside ``parameters`` / ``arguments`` are the call's argument keys.
+ENVELOPE_NAME = b"name"
+ENVELOPE_ARGS = (b"parameters", b"arguments")
+
+
+@dataclass(frozen=True)
+class Node:
+    """One resolved object/array/scalar alternative of a schema."""
+
+    props: Mapping[bytes, Any]
+    required: frozenset[bytes]
+    extra: Any  # schema of properties not listed (True: anything)
+    items: Any
+    prefix_items: tuple[Any, ...]
+    enum_strings: frozenset[bytes] | None  # string members of enum/const as they appear in JSON
+    is_enum: bool
+    envelope: bool
+
+
+_ANY_NODE = Node({}, frozenset(), True, True, (), None, False, False)
+
+
+def _enum_bytes(value: str) -> set[bytes]:
+    """The ways a string may be spelled between quotes in generated JSON."""
+    return {json.dumps(value)[1:-1].encode(), json.dumps(value, ensure_ascii=False)[1:-1].encode()}
+
+
+class Schema:
+    """A JSON schema compiled on demand into :class:`Node` alternatives.
+
+    Parameters
+    ----------
+    root
+        The parsed schema (``True``/``{}`` for any JSON).
+
+    Raises
+    ------
+    ValueError
+        If the schema (or a part reached later) is not an object/boolean, or a ``$ref`` cannot be
+        resolved.
+    """
+
+    def __init__(self, root: Any) -> None:
+        self._root = root
+        self.nodes: list[Node] = [_ANY_NODE]
+        self._cands: dict[int, Cands] = {}
+        self._keep: list[Any] = []  # merged schemas: their ids are cache keys, so keep them alive
+        self._child_cache: dict[tuple[Cands, bytes], Cands] = {}
+        self._item_cache: dict[tuple[Cands, int], Cands] = {}
+        self.root = self.candidates(root)
+
+    @classmethod
+    def from_json(cls, key_string: str) -> Schema:
+        """Parse SGLang's ``json_schema`` string (``"$$ANY$$"`` means any JSON)."""
+        if key_string == "$$ANY$$":
+            return cls(True)
+        try:
+            root = json.loads(key_string)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"json_schema is not valid JSON: {e}") from None
+        return cls(root)
+
+    # ----------------------------------------------------------------------------------- building
+    def candidates(self, schema: Any) -> Cands:
+        """Node ids of the alternatives of ``schema``."""
+        if schema is True or schema is False or schema is None:
+            return ANY
+        if not isinstance(schema, Mapping):
+            raise ValueError(f"a JSON schema must be an object or a boolean, got {type(schema).__name__}")
+        key = id(schema)
+        got = self._cands.get(key)
+        if got is None:
+            self._cands[key] = ANY  # a cycle that reaches itself without structure is unconstrained
+            got = self._build(schema, depth=0)
+            self._cands[key] = got
+        return got
+
+    def _resolve_ref(self, ref: Any) -> Any:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise ValueError(f"only local $ref pointers ('#/...') are supported, got {ref!r}")
+        node = self._root
+        for part in [p for p in ref[1:].split("/") if p]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(node, Mapping) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                raise ValueError(f"$ref {ref!r} does not resolve inside the schema")
+        return node
+
+    def _flatten(self, schema: Mapping[str, Any], depth: int) -> list[dict[str, Any]]:
+        """Resolve $ref and allOf; expand anyOf/oneOf into a list of plain alternatives."""
+        if depth > 64:
+            raise ValueError("JSON schema nests $ref/allOf/anyOf more than 64 levels deep")
+        schema = dict(schema)
+        if "$ref" in schema:
+            target = self._resolve_ref(schema.pop("$ref"))
+            if target is True or target is None:
+                target = {}
+            if not isinstance(target, Mapping):
+                raise ValueError("a $ref must point to a schema object")
+            siblings = self._flatten(schema, depth + 1)
+            return [self._merge(alt, s) for alt in self._flatten(target, depth + 1) for s in siblings]
+        for part in schema.pop("allOf", None) or []:
+            if not isinstance(part, Mapping):
+                raise ValueError("allOf entries must be schema objects")
+            alts = self._flatten(part, depth + 1)
+            schema = self._merge(schema, alts[0]) if len(alts) == 1 else {**schema, "anyOf": alts}
+        for keyword in ("anyOf", "oneOf"):
+            branches = schema.pop(keyword, None)
+            if branches is None:
+                continue
+            if not isinstance(branches, list) or not branches:
+                raise ValueError(f"{keyword} must be a non-empty list of schemas")
+            out: list[dict[str, Any]] = []
+            for branch in branches:
+                if branch is True:
+                    branch = {}
+                if not isinstance(branch, Mapping):
+                    raise ValueError(f"{keyword} entries must be schema objects")
+                for alt in self._flatten(branch, depth + 1):
+                    out.extend(self._flatten(self._merge(schema, alt), depth + 1))
+            return out
+        return [schema]
+
+    @staticmethod
+    def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+        out = {**a, **b}
+        if "properties" in a and "properties" in b:
+            out["properties"] = {**a["properties"], **b["properties"]}
+        if "required" in a and "required" in b:
+            out["required"] = list(a["required"]) + [r for r in b["required"] if r not in a["required"]]
+        return out
+
+    def _build(self, schema: Mapping[str, Any], depth: int) -> Cands:
+        ids = []
+        for alt in self._flatten(schema, depth):
+            self._keep.append(alt)
+            ids.append(len(self.nodes))
+            self.nodes.append(self._node(alt))
+        return tuple(ids)
+
+    @staticmethod
+    def _node(s: Mapping[str, Any]) -> Node:
+        props = s.get("properties") or {}
+        if not isinstance(props, Mapping):
+            raise ValueError("'properties' must be an object")
+        required = s.get("required") or []
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise ValueError("'required' must be a list of property names")
+        enum_values: list[Any] | None = None
+        if "enum" in s:
+            if not isinstance(s["enum"], list):
+                raise ValueError("'enum' must be a list")
+            enum_values = list(s["enum"])
+        if "const" in s:
+            enum_values = [s["const"]]
+        enum_strings = None
+        if enum_values is not None:
+            enum_strings = frozenset(b for v in enum_values if isinstance(v, str) for b in _enum_bytes(v))
+        prefix = s.get("prefixItems") or ()
+        items = s.get("items", True)
+        if isinstance(items, list):  # draft-04 tuple form
+            prefix, items = items, s.get("additionalItems", True)
+        names = {k.encode() for k in props}
+        return Node(
+            props={k.encode(): v for k, v in props.items()},
+            required=frozenset(r.encode() for r in required),
+            extra=s.get("additionalProperties", True),
+            items=items,
+            prefix_items=tuple(prefix),
+            enum_strings=enum_strings,
+            is_enum=enum_values is not None,
+            envelope=ENVELOPE_NAME in names and any(a in names for a in ENVELOPE_ARGS),
+        )
+
+    # --------------------------------------------------------------------------------- navigation
+    def child(self, cands: Cands, key: bytes | None) -> Cands:
+        """Alternatives of the value under ``key`` in an object matching ``cands``."""
+        cache_key = (cands, key or b"\x00")
+        got = self._child_cache.get(cache_key)
+        if got is None:
+            out: list[int] = []
+            for c in cands:
+                node = self.nodes[c]
+                sub = node.props.get(key, node.extra) if key is not None else node.extra
+                for i in self.candidates(sub):
+                    if i not in out:
+                        out.append(i)
+            got = self._child_cache[cache_key] = tuple(out) or ANY
+        return got
+
+    def item(self, cands: Cands, index: int) -> Cands:
+        """Alternatives of element ``index`` of an array matching ``cands``."""
+        cache_key = (cands, index)
+        got = self._item_cache.get(cache_key)
+        if got is None:
+            out: list[int] = []
+            for c in cands:
+                node = self.nodes[c]
+                sub = node.prefix_items[index] if index < len(node.prefix_items) else node.items
+                for i in self.candidates(sub):
+                    if i not in out:
+                        out.append(i)
+            got = self._item_cache[cache_key] = tuple(out) or ANY
+        return got
+
+    def max_prefix(self, cands: Cands) -> int:
+        """Array index from which every element has the same schema."""
+        return max(len(self.nodes[c].prefix_items) for c in cands)
+
+    def keys(self, cands: Cands) -> tuple[set[bytes], set[bytes], bool]:
+        """Known keys, required keys, and whether unknown keys are allowed, over ``cands``."""
+        known: set[bytes] = set()
+        required: set[bytes] = set()
+        open_ = False
+        for c in cands:
+            node = self.nodes[c]
+            known.update(node.props)
+            required.update(node.required)
+            open_ = open_ or node.extra is not False
+        return known, required, open_
+
+    def is_envelope(self, cands: Cands) -> bool:
+        """True if every alternative is a function-call envelope (``name`` plus ``parameters``)."""
+        return all(self.nodes[c].envelope for c in cands)
+
+    def is_enum(self, cands: Cands) -> bool:
+        """True if the value is restricted by ``enum`` / ``const`` in every alternative."""
+        return all(self.nodes[c].is_enum for c in cands)
+
+    def enum_strings(self, cands: Cands) -> frozenset[bytes] | None:
+        """Union of string enum members over ``cands`` (None if some alternative has no enum)."""
+        out: set[bytes] = set()
+        for c in cands:
+            strings = self.nodes[c].enum_strings
+            if strings is None:
+                return None
+            out.update(strings)
+        return frozenset(out)
+
+    def narrow(self, cands: Cands, key: bytes, value: bytes) -> Cands:
+        """Drop object alternatives whose ``key`` has a string enum that excludes ``value``."""
+        kept = []
+        for c in cands:
+            sub = self.nodes[c].props.get(key)
+            if sub is None:
+                kept.append(c)
+                continue
+            strings = self.enum_strings(self.candidates(sub))
+            if strings is None or value in strings:
+                kept.append(c)
+        return tuple(kept) or cands

@@ -1,0 +1,38 @@
+"""Fixtures for the structure tests: a real (small) tokenizer and its xgrammar compiler."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer
+from sglang_pask.structure.vocab import TokenVocab
+
+xgrammar = pytest.importorskip("xgrammar")
+
+
+@pytest.fixture(scope="session")
+def tok() -> Any:
+    return build_toy_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def vocab(tok: Any) -> TokenVocab:
+    return TokenVocab.from_huggingface(tok)
+
+
+@pytest.fixture(scope="session")
+def compiler(tok: Any) -> Any:
+    info = xgrammar.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
+    return xgrammar.GrammarCompiler(info, max_threads=1)
+
+
+@pytest.fixture(scope="session")
+def encode(tok: Any) -> Callable[[str], tuple[list[int], list[tuple[int, int]]]]:
+    def _encode(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        return enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
+
+    return _encode
