@@ -98,6 +98,9 @@ class _StandInLoader(importlib.abc.Loader):
         module.__getattr__ = _standin_getattr(module.__name__)  # type: ignore[attr-defined]
         module.__doc__ = f"CPU stand-in for {module.__name__} (see sglang_pask.compat.standins)."
         module.IS_SGLANG_PASK_STANDIN = True  # type: ignore[attr-defined]
+        # transformers parses the version of any torchvision it finds; an old one keeps it off
+        # torchvision-only code paths.
+        module.__version__ = "0.0.0+sglang_pask_standin"  # type: ignore[attr-defined]
 
 
 class _AlreadyLoaded(importlib.abc.Loader):
