@@ -224,7 +224,7 @@ def tag_prompt(
         Character span of each token in ``text`` (a Hugging Face fast tokenizer's
         ``return_offsets_mapping=True``).
     special_tokens
-        Strings of the tokenizer's special tokens (``tokenizer.all_special_tokens`` and added ones).
+        Strings of the tokenizer's special tokens (:func:`.vocab.hf_special_tokens`).
     tools
         The request's tools / function docs, if known (see :func:`function_doc_spans`).
     """

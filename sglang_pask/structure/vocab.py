@@ -54,11 +54,27 @@ class TokenVocab:
     def from_huggingface(cls, tokenizer: Any, vocab_size: int | None = None) -> TokenVocab:
         """From a Hugging Face tokenizer, through ``xgrammar.TokenizerInfo.from_huggingface``.
 
-        All of the tokenizer's special and added-special tokens count as special.
+        The tokenizer's special tokens count as special (see :func:`hf_special_ids`).
         """
         import xgrammar
 
         info = xgrammar.TokenizerInfo.from_huggingface(
             tokenizer, vocab_size=vocab_size if vocab_size is not None else len(tokenizer)
         )
-        return cls.from_xgrammar(info, extra_special_ids=tokenizer.all_special_ids)
+        return cls.from_xgrammar(info, extra_special_ids=hf_special_ids(tokenizer))
+
+
+def hf_special_ids(tokenizer: Any) -> set[int]:
+    """Ids of a Hugging Face tokenizer's special tokens.
+
+    ``all_special_ids`` can miss chat-template markers (a Qwen2.5 tokenizer converted from GGUF lists
+    only ``<|endoftext|>`` and ``<|im_end|>`` there), so added tokens flagged special count too.
+    """
+    ids = set(tokenizer.all_special_ids)
+    ids.update(i for i, tok in getattr(tokenizer, "added_tokens_decoder", {}).items() if tok.special)
+    return ids
+
+
+def hf_special_tokens(tokenizer: Any) -> list[str]:
+    """Strings of :func:`hf_special_ids` (for :func:`.prompt.tag_prompt`)."""
+    return tokenizer.convert_ids_to_tokens(sorted(hf_special_ids(tokenizer)))

@@ -36,3 +36,15 @@ def encode(tok: Any) -> Callable[[str], tuple[list[int], list[tuple[int, int]]]]
         return enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
 
     return _encode
+
+
+@pytest.fixture(scope="session")
+def qwen_tok() -> Any:
+    """The default model's tokenizer (Qwen2.5-Coder, 151k tokens); skips if it is not prepared."""
+    from sglang_pask.default_model import default_model_dir, is_prepared
+
+    if not is_prepared():
+        pytest.skip("the default model is not prepared (python -m sglang_pask.default_model)")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(default_model_dir())

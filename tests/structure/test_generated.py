@@ -18,6 +18,7 @@ from golden_markup import expected_token_roles, parse_markup
 
 from sglang_pask.structure.roles import LABELS, Role
 from sglang_pask.structure.tracker import RoleGrammar, RoleTracker
+from sglang_pask.structure.vocab import TokenVocab, hf_special_ids
 
 xgrammar = pytest.importorskip("xgrammar")
 
@@ -208,6 +209,19 @@ def test_golden_token_by_token(tok, vocab, compiler, encode, case):
     _, matcher, tracker, _ = _run(tok, vocab, compiler, encode, case)
     assert matcher.accept_token(tok.eos_token_id) and matcher.is_terminated()
     assert tracker.accept(tok.eos_token_id) == Role.TEMPLATE
+
+
+@pytest.mark.real_model
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden_token_by_token_with_the_default_model_tokenizer(qwen_tok, case):
+    info = xgrammar.TokenizerInfo.from_huggingface(qwen_tok, vocab_size=len(qwen_tok))
+    compiler = xgrammar.GrammarCompiler(info, max_threads=1)
+
+    def encode(text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        enc = qwen_tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        return enc["input_ids"], [tuple(o) for o in enc["offset_mapping"]]
+
+    _run(qwen_tok, TokenVocab.from_xgrammar(info, hf_special_ids(qwen_tok)), compiler, encode, case)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

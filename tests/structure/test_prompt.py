@@ -15,6 +15,7 @@ from sglang_pask.structure.prompt import (
     tag_prompt_ids,
 )
 from sglang_pask.structure.roles import LABELS, Role
+from sglang_pask.structure.vocab import TokenVocab, hf_special_tokens
 
 WEATHER = {
     "type": "function",
@@ -163,3 +164,24 @@ def test_llama3_style_headers_and_json_that_is_not_a_function_doc():
 def test_find_function_docs_reads_the_tools_back_from_the_prompt(tok):
     text = tok.apply_chat_template(MESSAGES, tools=[WEATHER, TIME], tokenize=False, add_generation_prompt=True)
     assert find_function_docs(text) == [WEATHER, TIME]
+
+
+@pytest.mark.real_model
+def test_default_model_chat_template_with_tools(qwen_tok):
+    """The Qwen2.5 template: tools as JSON lines in the system message, ChatML headers."""
+    text = qwen_tok.apply_chat_template(MESSAGES, tools=[WEATHER, TIME], tokenize=False, add_generation_prompt=True)
+    enc = qwen_tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    roles = tag_prompt(text, enc["offset_mapping"], hf_special_tokens(qwen_tok))
+    assert roles == tag_prompt_ids(enc["input_ids"], TokenVocab.from_huggingface(qwen_tok))
+    chars = char_roles(text, hf_special_tokens(qwen_tok))
+    for fragment, role in [
+        ("<|im_start|>system\n", Role.TEMPLATE),
+        ("You are a helpful assistant.", Role.SYSTEM_TEXT),
+        ("get_weather", Role.SCHEMA_FUNC_NAME),
+        ("timezone", Role.SCHEMA_PARAM_NAME),
+        ("fahrenheit", Role.SCHEMA_ENUM),
+        ("What is the weather in Paris?", Role.USER_QUESTION),
+        ("<|im_start|>assistant\n", Role.TEMPLATE),
+    ]:
+        start = text.index(fragment)
+        assert set(chars[start : start + len(fragment)]) == {role}, fragment
