@@ -1,7 +1,8 @@
 """BFCL AST accuracy for KV policies and budgets: ``python -m bench.bfcl``.
 
 Asks a running SGLang server (``--url``), or servers it starts itself, one per (policy, budget),
-with ``python -m sglang_pask.launch_server <--server-args> --kv-policy P --kv-budget B --port N``,
+with ``python -m sglang_pask.launch_server <--server-args> --kv-policy P --kv-budget B`` on a free
+port (:class:`sglang_pask.server_process.ServerProcess`, which also kills it afterwards),
 BFCL's eight AST categories in BFCL's prompting format: greedy, the answer constrained to a Python
 call list over the item's functions (``--grammar``: EBNF by default; the equivalent regex costs
 xgrammar 11 s to compile for a one-function item and 450 s for a 37-function one with the default
@@ -19,9 +20,10 @@ Against a running server::
 
     python -m bench.bfcl --url http://127.0.0.1:30000 --limit 5
 
-Starting servers (one per configuration)::
+Starting servers (one per configuration; an empty ``--server-args`` takes the launcher's defaults:
+the embedded default model, the CPU engine when there is no GPU)::
 
-    python -m bench.bfcl --server-args "--device cpu" --policies full pask --budgets 0.33 0.2 \\
+    python -m bench.bfcl --server-args "" --policies full pask --budgets 0.33 0.2 \\
         --split eval --limit 20 --json out.json --plot out.png
 """
 
@@ -32,8 +34,6 @@ import json
 import os
 import platform
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,8 +50,15 @@ from sglang_pask.bfcl.checker import check
 from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem, check_categories, load_items
 from sglang_pask.bfcl.grammar import item_ebnf, item_regex
 from sglang_pask.bfcl.prompt import build_messages
-from sglang_pask.bfcl.report import ConfigResult, ItemResult, format_table, plot_accuracy_vs_budget
+from sglang_pask.bfcl.report import (
+    ConfigResult,
+    ItemResult,
+    configs_from_record,
+    format_table,
+    plot_accuracy_vs_budget,
+)
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
+from sglang_pask.server_process import ServerProcess
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GRAMMARS: dict[str, Callable[[BfclItem], str] | None] = {"regex": item_regex, "ebnf": item_ebnf, "none": None}
@@ -160,95 +167,6 @@ def select_items(
     if not items:
         raise ValueError("the selection is empty (check --categories, --ids and --split)")
     return items
-
-
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class ManagedServer:
-    """A ``sglang_pask.launch_server`` process for one configuration, killed on exit.
-
-    Parameters
-    ----------
-    server_args : str
-        Extra launcher arguments (shell syntax), e.g. ``"--device cpu"``.
-    policy : str
-        ``--kv-policy``.
-    budget : float
-        ``--kv-budget``.
-    port : int
-        ``--port``.
-    log_path : pathlib.Path
-        File receiving the server's stdout and stderr.
-    timeout_s : float
-        How long to wait for ``/health``.
-    """
-
-    def __init__(
-        self, server_args: str, policy: str, budget: float, port: int, log_path: Path, timeout_s: float
-    ) -> None:
-        self.command = [
-            sys.executable, "-m", "sglang_pask.launch_server", *shlex.split(server_args),
-            "--kv-policy", policy, "--kv-budget", f"{budget:g}", "--port", str(port),
-        ]
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = log_path
-        self.timeout_s = timeout_s
-        self._process: subprocess.Popen | None = None
-
-    def __enter__(self) -> "ManagedServer":
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with self.log_path.open("w") as log:
-            log.write(f"$ {shlex.join(self.command)}\n")
-            log.flush()
-            self._process = subprocess.Popen(
-                self.command, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT, start_new_session=True
-            )
-        try:
-            self._wait_healthy()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.stop()
-
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + self.timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(
-                    f"server exited with status {self._process.returncode} before it was healthy; "
-                    f"see {self.log_path}:\n{_tail(self.log_path)}"
-                )
-            try:
-                if requests.get(f"{self.url}/health", timeout=5).status_code == 200:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(2)
-        raise TimeoutError(f"server not healthy after {self.timeout_s:.0f} s; see {self.log_path}")
-
-    def stop(self) -> None:
-        """Terminate the server's whole process group (SGLang spawns scheduler processes)."""
-        if self._process is None or self._process.poll() is not None:
-            return
-        pgid = os.getpgid(self._process.pid)
-        os.killpg(pgid, signal.SIGTERM)
-        try:
-            self._process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(pgid, signal.SIGKILL)
-            self._process.wait()
-
-
-def _tail(path: Path, lines: int = 20) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
 
 
 def served_model(url: str) -> str:
@@ -385,6 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--url", help="a running server (then one policy and budget: labels only)")
     where.add_argument("--server-args", help="start servers with these launcher arguments (shell syntax)")
+    where.add_argument("--from-json", help="run nothing: re-render table, --markdown and --plot from this --json file")
     p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="AST categories")
     p.add_argument("--limit", type=int, help="at most N items per category (first in file order)")
     p.add_argument("--ids", help="file of item ids (one per line) to evaluate exactly")
@@ -416,7 +335,7 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
     if args.max_tokens < 1:
         raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     if args.url is None and args.server_args is None:
-        raise ValueError("give --url (a running server) or --server-args (start servers)")
+        raise ValueError("give --url (a running server), --server-args (start servers) or --from-json")
     if args.url is not None and len(configurations(policies, budgets)) != 1:
         raise ValueError("with --url the server has one configuration: give one policy and one budget")
     return policies, budgets
@@ -449,16 +368,33 @@ def _report_markdown(record: dict, configs: Sequence[ConfigResult]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _render(record: dict, configs: Sequence[ConfigResult], args: argparse.Namespace) -> None:
+    print(format_table(configs))
+    if args.markdown:
+        Path(args.markdown).write_text(_report_markdown(record, configs), encoding="utf-8")
+    if args.plot:
+        plot_accuracy_vs_budget(configs, args.plot)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; see ``--help``."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.from_json:
+        path = Path(args.from_json)
+        if not path.is_file():
+            parser.error(f"--from-json: file not found: {path}")
+        record = json.loads(path.read_text(encoding="utf-8"))
+        _render(record, configs_from_record(record), args)
+        return 0
     try:
         policies, budgets = _validate(args)
         items = select_items(args.categories, args.split, args.ids, args.limit)
     except (ValueError, FileNotFoundError) as exc:
         parser.error(str(exc))
     grid = configurations(policies, budgets)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    commit = git_commit()
     print(f"{len(items)} items, {len(grid)} configuration(s): {', '.join(f'{p}@{b:g}' for p, b in grid)}")
     configs: list[ConfigResult] = []
     if args.url is not None:
@@ -466,19 +402,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="bench_bfcl_logs_"))
         for policy, budget in grid:
-            port = args.port or free_port()
+            server_args = [*shlex.split(args.server_args), "--kv-policy", policy, "--kv-budget", f"{budget:g}"]
             log_path = log_dir / f"server_{policy}_{budget:g}.log"
-            print(f"starting server {policy}@{budget:g} on port {port}, log {log_path}")
-            with ManagedServer(args.server_args, policy, budget, port, log_path, args.server_timeout) as server:
+            server = ServerProcess(server_args, log_path, port=args.port)
+            print(f"starting server {policy}@{budget:g} on {server.url}, log {log_path}")
+            try:
+                server.wait_ready(timeout_s=args.server_timeout)
                 config = run_config(server.url, policy, budget, items, args)
-                config.server.update(command=shlex.join(server.command), log=str(log_path))
+            finally:
+                server.stop()
+            config.server.update(
+                command=shlex.join(["python", "-m", "sglang_pask.launch_server", *server_args]), log=str(log_path)
+            )
             configs.append(config)
-    print(format_table(configs))
     record = {
         "command": shlex.join(["python", "-m", "bench.bfcl", *(sys.argv[1:] if argv is None else argv)]),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": started,
         "machine": machine_info(),
-        "commit": git_commit(),
+        "commit": commit,
         "categories": args.categories,
         "split": args.split,
         "ids_file": args.ids,
@@ -502,10 +443,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    if args.markdown:
-        Path(args.markdown).write_text(_report_markdown(record, configs), encoding="utf-8")
-    if args.plot:
-        plot_accuracy_vs_budget(configs, args.plot)
+    _render(record, configs, args)
     return 0
 
 

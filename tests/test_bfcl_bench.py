@@ -87,6 +87,11 @@ def test_bench_scores_writes_json_markdown_and_plot(stub_server, tmp_path, capsy
     assert "| simple_python | 50.0 (1/2) |" in markdown and "**50.0**" in markdown
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| **average** | **50.0** |" in capsys.readouterr().out
+    # The saved JSON renders the same report again without a server.
+    again_md, again_png = tmp_path / "again.md", tmp_path / "again.png"
+    assert main(["--from-json", str(out_json), "--markdown", str(again_md), "--plot", str(again_png)]) == 0
+    assert again_md.read_text() == markdown
+    assert again_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_bench_sends_the_chosen_grammar(stub_server):

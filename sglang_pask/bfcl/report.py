@@ -131,6 +131,31 @@ class ConfigResult:
         return sum(s.accuracy for s in scores.values()) / len(scores)
 
 
+def configs_from_record(record: dict) -> list[ConfigResult]:
+    """Rebuild the configurations of a JSON record written by ``python -m bench.bfcl --json``.
+
+    Parameters
+    ----------
+    record : dict
+        The parsed JSON.
+
+    Returns
+    -------
+    list of ConfigResult
+        One per configuration, with every item result.
+    """
+    return [
+        ConfigResult(
+            policy=c["policy"],
+            budget=float(c["budget"]),
+            items=[ItemResult(**r) for r in c["items"]],
+            wall_s=float(c["wall_s"]),
+            server=dict(c["server"]),
+        )
+        for c in record["configs"]
+    ]
+
+
 def format_table(configs: Sequence[ConfigResult]) -> str:
     """Markdown table: one row per category plus the average, one column per configuration.
 
@@ -163,8 +188,8 @@ def format_table(configs: Sequence[ConfigResult]) -> str:
 def plot_accuracy_vs_budget(configs: Sequence[ConfigResult], path: str | Path) -> None:
     """Save a PNG of average accuracy against KV budget, one line per policy.
 
-    A policy measured at a single budget (``full`` at 1.0) is drawn as a marker plus a dashed
-    horizontal reference line across the budget axis.
+    The budget axis spans 0 to 1. A policy measured at a single budget (``full`` at 1.0) is drawn
+    as a marker plus a dashed horizontal reference line across the whole axis.
 
     Parameters
     ----------
@@ -181,19 +206,17 @@ def plot_accuracy_vs_budget(configs: Sequence[ConfigResult], path: str | Path) -
     by_policy: dict[str, list[tuple[float, float]]] = {}
     for config in configs:
         by_policy.setdefault(config.policy, []).append((config.budget, config.average()))
-    budgets = [c.budget for c in configs]
-    low, high = min(budgets + [1.0]), max(budgets + [1.0])
     fig, ax = plt.subplots(figsize=(6, 4), dpi=120)
     for policy, points in sorted(by_policy.items()):
         points.sort()
         xs, ys = zip(*points)
         (line,) = ax.plot(xs, ys, marker="o", label=policy)
         if len(points) == 1:
-            ax.hlines(ys[0], low, high, colors=line.get_color(), linestyles="dashed", linewidth=1)
+            ax.hlines(ys[0], 0.0, 1.0, colors=line.get_color(), linestyles="dashed", linewidth=1)
     ax.set_xlabel("total KV budget (fraction of full KV)")
     ax.set_ylabel("BFCL AST accuracy, category mean (%)")
     ax.set_ylim(0, 100)
-    ax.set_xlim(low - 0.05, high + 0.05)
+    ax.set_xlim(0.0, 1.05)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
