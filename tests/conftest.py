@@ -19,6 +19,12 @@ TINY_SERVER_FLAGS = ["--kv-policy", "full", "--kv-budget", "1.0", "--kv-layer-gr
 
 
 @pytest.fixture(scope="session")
+def tiny_server_flags() -> list[str]:
+    """The sglang-pask flags the shared tiny-model server was started with."""
+    return list(TINY_SERVER_FLAGS)
+
+
+@pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A freshly built tiny Qwen3 model folder (tokenizer + random bf16 weights)."""
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))

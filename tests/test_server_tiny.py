@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import TINY_SERVER_FLAGS
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[1]
@@ -31,12 +30,13 @@ def generate(server, text: str, **sampling) -> dict:
     return response.json()
 
 
-def test_scheduler_process_sees_the_command_line_config(tiny_server):
+def test_scheduler_process_sees_the_command_line_config(tiny_server, tiny_server_flags):
     info = requests.get(f"{tiny_server.url}/server_info", timeout=30).json()
     seen = info["internal_states"][0]["sglang_pask"]
-    assert seen["kv_policy"] == TINY_SERVER_FLAGS[1]
-    assert seen["kv_budget"] == float(TINY_SERVER_FLAGS[3])
-    assert seen["kv_layer_groups"] == TINY_SERVER_FLAGS[5]
+    flags = dict(zip(tiny_server_flags[::2], tiny_server_flags[1::2]))
+    assert seen["kv_policy"] == flags["--kv-policy"]
+    assert seen["kv_budget"] == float(flags["--kv-budget"])
+    assert seen["kv_layer_groups"] == flags["--kv-layer-groups"]
     # Reported from inside the scheduler: a spawned process, not the launcher we started.
     assert seen["pid"] != tiny_server.process.pid
     assert info["device"] == "cpu" and info["attention_backend"] == "torch_native"
