@@ -71,15 +71,12 @@ class JsonRoleMachine:
             return _BND
         if key is None:
             return _ARG
-        _, required, _ = self.schema.keys(frame[1])
-        if final:
-            return _REQ if key in required else _ARG
-        return _REQ if any(r.startswith(key) for r in required) else _ARG
+        _, required, _, required_prefixes = self.schema.keys(frame[1])
+        return _REQ if key in (required if final else required_prefixes) else _ARG
 
     def _key_tracked(self, frame: Frame, key: bytes) -> bool:
         """Whether ``key`` can still become a key the schema knows."""
-        known, _, _ = self.schema.keys(frame[1])
-        return any(k.startswith(key) for k in known)
+        return key in self.schema.keys(frame[1])[2]
 
     def _value_context(self, frame: Frame) -> tuple[Cands, int, bytes | None]:
         """(vcands, vrole, buf) for the value after the key recorded in ``frame``."""
@@ -137,8 +134,7 @@ class JsonRoleMachine:
                     scan.add(vrole if vrole >= 0 else _STRING)
                     if buf is not None:
                         buf = buf + bytes((b,))
-                        strings = self.schema.enum_strings(vcands) or ()
-                        if not any(v.startswith(buf) for v in strings):
+                        if buf not in self.schema.enum_prefixes(vcands):
                             buf = None
                 continue
             if mode == _STR_ESC:

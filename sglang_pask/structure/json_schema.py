@@ -19,6 +19,8 @@ from typing import Any
 
 Cands = tuple[int, ...]
 ANY: Cands = (0,)
+#: (known keys, required keys, prefixes of known keys, prefixes of required keys)
+KeySets = tuple[frozenset[bytes], frozenset[bytes], frozenset[bytes], frozenset[bytes]]
 
 #: Keys whose object is a function-call envelope: the value of ``name`` is the function name and the
 #: keys inside ``parameters`` / ``arguments`` are the call's argument keys.
@@ -41,6 +43,10 @@ class Node:
 
 
 _ANY_NODE = Node({}, frozenset(), True, True, (), None, False, False)
+
+
+def _prefixes(names: frozenset[bytes]) -> frozenset[bytes]:
+    return frozenset(n[:k] for n in names for k in range(len(n) + 1))
 
 
 def _enum_bytes(value: str) -> set[bytes]:
@@ -70,6 +76,9 @@ class Schema:
         self._keep: list[Any] = []  # merged schemas: their ids are cache keys, so keep them alive
         self._child_cache: dict[tuple[Cands, bytes], Cands] = {}
         self._item_cache: dict[tuple[Cands, int], Cands] = {}
+        self._keys_cache: dict[Cands, KeySets] = {}
+        self._enum_cache: dict[Cands, frozenset[bytes] | None] = {}
+        self._enum_prefix_cache: dict[Cands, frozenset[bytes]] = {}
         self.root = self.candidates(root)
 
     @classmethod
@@ -233,17 +242,15 @@ class Schema:
         """Array index from which every element has the same schema."""
         return max(len(self.nodes[c].prefix_items) for c in cands)
 
-    def keys(self, cands: Cands) -> tuple[set[bytes], set[bytes], bool]:
-        """Known keys, required keys, and whether unknown keys are allowed, over ``cands``."""
-        known: set[bytes] = set()
-        required: set[bytes] = set()
-        open_ = False
-        for c in cands:
-            node = self.nodes[c]
-            known.update(node.props)
-            required.update(node.required)
-            open_ = open_ or node.extra is not False
-        return known, required, open_
+    def keys(self, cands: Cands) -> KeySets:
+        """Known keys, required keys, and every prefix of each, over the alternatives ``cands``."""
+        got = self._keys_cache.get(cands)
+        if got is None:
+            known = frozenset(k for c in cands for k in self.nodes[c].props)
+            required = frozenset(r for c in cands for r in self.nodes[c].required)
+            got = (known, required, _prefixes(known), _prefixes(required))
+            self._keys_cache[cands] = got
+        return got
 
     def is_envelope(self, cands: Cands) -> bool:
         """True if every alternative is a function-call envelope (``name`` plus ``parameters``)."""
@@ -255,13 +262,24 @@ class Schema:
 
     def enum_strings(self, cands: Cands) -> frozenset[bytes] | None:
         """Union of string enum members over ``cands`` (None if some alternative has no enum)."""
-        out: set[bytes] = set()
+        if cands in self._enum_cache:
+            return self._enum_cache[cands]
+        out: set[bytes] | None = set()
         for c in cands:
             strings = self.nodes[c].enum_strings
             if strings is None:
-                return None
+                out = None
+                break
             out.update(strings)
-        return frozenset(out)
+        got = self._enum_cache[cands] = frozenset(out) if out is not None else None
+        return got
+
+    def enum_prefixes(self, cands: Cands) -> frozenset[bytes]:
+        """Every prefix of the string enum members over ``cands`` (empty if there is no enum)."""
+        got = self._enum_prefix_cache.get(cands)
+        if got is None:
+            got = self._enum_prefix_cache[cands] = _prefixes(self.enum_strings(cands) or frozenset())
+        return got
 
     def narrow(self, cands: Cands, key: bytes, value: bytes) -> Cands:
         """Drop object alternatives whose ``key`` has a string enum that excludes ``value``."""

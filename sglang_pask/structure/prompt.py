@@ -42,6 +42,7 @@ _HEADER_ROLES = {
 _HEADER_RE = re.compile(r"[ \t]*(" + "|".join(_HEADER_ROLES) + r")\b[ \t]*")
 _NEWLINES_RE = re.compile(r"[\r\n]+")
 _WS_RE = re.compile(r"\s+")
+_CONTINUATION = bytes(range(0x80, 0xC0))  # UTF-8 continuation bytes
 _RANK_TABLE = bytes(RANK[i] if i < len(RANK) else 0 for i in range(256))
 
 _TYPE_KEYS = frozenset({"type", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
@@ -248,7 +249,7 @@ def tag_prompt_ids(token_ids: Sequence[int], vocab: TokenVocab, tools: Iterable[
     chars = 0
     for piece in pieces:
         if utf8:
-            leads = sum(1 for x in piece if not 0x80 <= x < 0xC0)
+            leads = len(piece.translate(None, _CONTINUATION))  # bytes that start a character
             start = chars - (1 if piece and 0x80 <= piece[0] < 0xC0 else 0)
         else:
             leads = len(piece)

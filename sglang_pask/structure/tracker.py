@@ -6,11 +6,19 @@ request's track: ``accept`` per generated token, ``rollback``, ``copy``.
 
 How a role is found
 -------------------
-Each grammar kind has a role machine that walks a token's bytes (:mod:`.json_roles`,
-:mod:`.call_roles`, :mod:`.lexer_roles`). Its state is a small hashable tuple, interned to an int.
-The result of (state, token) is memoised in the grammar, so after warm-up ``accept`` is one dict
-lookup and two list appends; a miss walks the token's bytes (O(token length)). Memoising is exact:
-the machines are deterministic functions of (state, bytes).
+A role machine walks a token's bytes; which one depends on the grammar (:meth:`RoleGrammar.compile`):
+
+- ``json``: :mod:`.json_roles`, following the schema (OpenAI tool-call envelopes included);
+- ``regex`` / ``ebnf`` whose literals spell Python call syntax (BFCL): :mod:`.call_roles`; its
+  syntax layer is memoised across all such grammars, so a new grammar starts warm;
+- ``ebnf`` with ``rule[capture="role"]`` annotations: :mod:`.lexer_roles` plus the captures
+  (:mod:`.captures`, read from the matcher when :attr:`RoleTracker.roles` is read);
+- other ``regex`` / ``ebnf``, and ``text``: :mod:`.lexer_roles`.
+
+A machine state is a small hashable tuple, interned to an int. The result of (state, token) is
+memoised in the grammar, so after warm-up ``accept`` is one dict lookup and two list appends; a miss
+walks the token's bytes (O(token length)). Memoising is exact: the machines are deterministic
+functions of (state, bytes).
 
 Token boundaries
 ----------------

@@ -81,7 +81,7 @@ def tool_choice_required_schema(tools: list[dict[str, Any]]) -> dict[str, Any]:
 # required and revised to ARG_KEY at the closing quote.
 JSON_CALL = (
     '[{"⟦B|name⟧": "⟦F|get_weather⟧", "⟦B|parameters⟧": {"⟦R|location⟧": "⟦S|San Francisco⟧", '
-    '"⟦A|locale⟧": "⟦S|en⟧", "⟦A|unit⟧": "⟦E|celsius⟧", "⟦R|days⟧": ⟦N|3⟧, "⟦A|alerts⟧": ⟦L|true⟧, '
+    '"⟦A|locale⟧": "⟦S|fr-CH, Zürich 東京⟧", "⟦A|unit⟧": "⟦E|celsius⟧", "⟦R|days⟧": ⟦N|3⟧, "⟦A|alerts⟧": ⟦L|true⟧, '
     '"⟦A|note⟧": ⟦Z|null⟧}}, {"⟦B|name⟧": "⟦F|get_time⟧", "⟦B|parameters⟧": {"⟦R|timezone⟧": '
     '"⟦S|Europe/Paris⟧"}}]'
 )
@@ -186,10 +186,12 @@ CASES = {
 def _run(tok: Any, vocab: Any, compiler: Any, encode: Any, case: str, per_char: bool = False):
     kind, key, markup, functions = CASES[case]
     text, char_roles = parse_markup(markup)
-    if per_char:  # one token per character: token roles must equal the character roles
-        ids = [tok.convert_tokens_to_ids(tok.tokenize(c)[0]) for c in text]
-        assert all(len(tok.decode([i])) == 1 for i in ids)
-        offsets = [(i, i + 1) for i in range(len(text))]
+    if per_char:  # one token per character (or per byte): token roles must equal the character roles
+        ids, offsets = [], []
+        for i, c in enumerate(text):
+            pieces = tok.convert_tokens_to_ids(tok.tokenize(c))
+            ids.extend(pieces)
+            offsets.extend([(i, i + 1)] * len(pieces))
     else:
         ids, offsets = encode(text)
     matcher = xgrammar.GrammarMatcher(_compile(compiler, kind, key))
@@ -345,3 +347,41 @@ def test_rollback_past_the_start_raises(vocab):
     tracker = RoleTracker.for_grammar("text", "", vocab)
     with pytest.raises(ValueError, match="cannot roll back"):
         tracker.rollback(1)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_grammar_walks_keep_the_track_consistent(tok, vocab, compiler, case, seed):
+    """Random outputs the grammar allows (escapes, odd whitespace, unicode): no errors, exact rollback."""
+    import random
+
+    import torch
+
+    kind, key, _, functions = CASES[case]
+    rng = random.Random(seed)
+    matcher = xgrammar.GrammarMatcher(_compile(compiler, kind, key))
+    tracker = RoleGrammar.compile(kind, key, vocab, functions=functions).tracker(matcher)
+    bitmask = xgrammar.allocate_token_bitmask(1, len(vocab))
+    bits = torch.arange(32, dtype=torch.int32)
+    ids: list[int] = []
+    snapshots = [[]]
+    while len(ids) < 80 and not matcher.is_terminated():
+        matcher.fill_next_token_bitmask(bitmask)
+        allowed = ((bitmask[0].unsqueeze(-1) >> bits) & 1).flatten()[: len(vocab)].nonzero().flatten().tolist()
+        content = [t for t in allowed if t not in vocab.special_ids and vocab.token_bytes[t].strip()]
+        allowed = content if content and rng.random() < 0.9 else allowed
+        t = rng.choice(allowed)
+        assert matcher.accept_token(t)
+        tracker.accept(t)
+        ids.append(t)
+        snapshots.append(list(tracker.roles))
+        assert len(tracker.roles) == len(ids)
+    n = len(ids)
+    for k in sorted({1, 3, n // 2, n}):
+        matcher.rollback(k)
+        tracker.rollback(k)
+        assert list(tracker.roles) == snapshots[n - k]
+        for t in ids[n - k :]:
+            assert matcher.accept_token(t)
+            tracker.accept(t)
+        assert list(tracker.roles) == snapshots[-1]
