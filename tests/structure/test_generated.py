@@ -385,3 +385,37 @@ def test_random_grammar_walks_keep_the_track_consistent(tok, vocab, compiler, ca
             assert matcher.accept_token(t)
             tracker.accept(t)
         assert list(tracker.roles) == snapshots[-1]
+
+
+@pytest.mark.parametrize("case", ["json_function_call", "bfcl_ebnf_call", "sql_ebnf_captures"])
+def test_jump_forward_and_retokenize_keep_the_track_consistent(tok, vocab, compiler, encode, case):
+    """SGLang's jump-forward: append the forced string, retokenize, roll back to the common prefix."""
+    kind, key, markup, functions = CASES[case]
+    ids, _ = encode(parse_markup(markup)[0])
+    grammar = RoleGrammar.compile(kind, key, vocab, functions=functions)
+    compiled = _compile(compiler, kind, key)
+    jumped = 0
+    for cut in range(1, len(ids)):
+        matcher = xgrammar.GrammarMatcher(compiled)
+        tracker = grammar.tracker(matcher)
+        for t in ids[:cut]:
+            assert matcher.accept_token(t)
+            tracker.accept(t)
+        forced = matcher.find_jump_forward_string()
+        if not forced:
+            continue
+        jumped += 1
+        new_ids, _ = encode(tok.decode(ids[:cut]) + forced)
+        common = next((i for i, (a, b) in enumerate(zip(ids[:cut], new_ids)) if a != b), min(cut, len(new_ids)))
+        matcher.rollback(cut - common)
+        tracker.rollback(cut - common)
+        for t in new_ids[common:]:
+            assert matcher.accept_token(t)
+            tracker.accept(t)
+        replay = xgrammar.GrammarMatcher(compiled)
+        fresh = grammar.tracker(replay)
+        for t in new_ids:
+            assert replay.accept_token(t)
+            fresh.accept(t)
+        assert list(tracker.roles) == list(fresh.roles), f"jump-forward after {cut} tokens: {forced!r}"
+    assert jumped
