@@ -170,10 +170,6 @@ class RoleGrammar:
             self._states.append(state)
         return sid
 
-    def state(self, state_id: int) -> Hashable:
-        """The machine state behind an interned id."""
-        return self._states[state_id]
-
     def transition(self, state_id: int, token_id: int) -> Transition:
         """Walk ``token_id`` from ``state_id`` (a memo miss) and remember the result."""
         data = self.vocab.text(token_id)
