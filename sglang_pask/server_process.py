@@ -30,7 +30,7 @@ def free_port() -> int:
 
 
 class ServerProcess:
-    """A running ``sglang_pask.launch_server`` child process.
+    """A running ``sglang_pask.launch_server`` (or, for comparisons, stock SGLang) child process.
 
     Parameters
     ----------
@@ -41,7 +41,10 @@ class ServerProcess:
     port : int, optional
         Port to serve on; a free one by default.
     env : dict, optional
-        Extra environment variables for the server process.
+        Environment changes for the server process; a value of None removes that variable.
+    module : str
+        The module run with ``python -m``: ``sglang_pask.launch_server`` (default) or
+        ``sglang.launch_server`` for stock SGLang, which then needs the CPU flags spelled out.
     """
 
     def __init__(
@@ -49,19 +52,26 @@ class ServerProcess:
         args: Sequence[str],
         log_path: Path,
         port: Optional[int] = None,
-        env: Optional[dict[str, str]] = None,
+        env: Optional[dict[str, Optional[str]]] = None,
+        module: str = "sglang_pask.launch_server",
     ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = Path(log_path)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "sglang_pask.launch_server", *args, "--host", "127.0.0.1", "--port", str(self.port)]
+        command = [sys.executable, "-m", module, *args, "--host", "127.0.0.1", "--port", str(self.port)]
+        environment = dict(os.environ)
+        for key, value in (env or {}).items():
+            if value is None:
+                environment.pop(key, None)
+            else:
+                environment[key] = value
         self._log = open(self.log_path, "w")
         self.process = subprocess.Popen(
             command,
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **(env or {})},
+            env=environment,
             start_new_session=True,  # its own process group: stop() ends the scheduler too
         )
 

@@ -16,6 +16,9 @@ from sglang_pask.server_process import ServerProcess  # noqa: E402
 
 # Flags of the shared tiny-model server; tests read them back through /server_info.
 TINY_SERVER_FLAGS = ["--kv-policy", "full", "--kv-budget", "1.0", "--kv-layer-groups", "0-0,1-1"]
+# SGLang flags both tiny servers share (a random model favours whitespace, which JSON grammars
+# allow without limit).
+TINY_SGLANG_FLAGS = ["--constrained-json-disable-any-whitespace"]
 
 
 @pytest.fixture(scope="session")
@@ -35,14 +38,28 @@ def tiny_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     """``python -m sglang_pask.launch_server`` on the tiny model (CPU engine chosen by the launcher)."""
     log = tmp_path_factory.mktemp("logs") / "tiny_server.log"
     server = ServerProcess(
-        [
-            "--model-path",
-            str(tiny_model_dir),
-            # A random model favours whitespace, which JSON grammars allow without limit.
-            "--constrained-json-disable-any-whitespace",
-            *TINY_SERVER_FLAGS,
-        ],
+        ["--model-path", str(tiny_model_dir), *TINY_SGLANG_FLAGS, *TINY_SERVER_FLAGS], log
+    )
+    try:
+        yield server.wait_ready(timeout_s=300)
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def stock_tiny_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """Stock SGLang (``python -m sglang.launch_server``, sglang-pask's plugin inactive) on the tiny
+    model with the CPU settings the launcher picks, for output-identity comparisons."""
+    from sglang_pask.config import CONFIG_ENV
+    from sglang_pask.launch_server import CPU_DEFAULTS
+
+    cpu_flags = [arg for _, flags in CPU_DEFAULTS for arg in flags]
+    log = tmp_path_factory.mktemp("logs") / "stock_tiny_server.log"
+    server = ServerProcess(
+        ["--model-path", str(tiny_model_dir), *cpu_flags, *TINY_SGLANG_FLAGS],
         log,
+        env={"SGLANG_USE_CPU_ENGINE": "1", CONFIG_ENV: None},
+        module="sglang.launch_server",
     )
     try:
         yield server.wait_ready(timeout_s=300)

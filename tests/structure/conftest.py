@@ -10,7 +10,7 @@ import pytest
 from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer
 from sglang_pask.structure.vocab import TokenVocab
 
-xgrammar = pytest.importorskip("xgrammar")
+import xgrammar  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +40,9 @@ def encode(tok: Any) -> Callable[[str], tuple[list[int], list[tuple[int, int]]]]
 
 @pytest.fixture(scope="session")
 def qwen_tok() -> Any:
-    """The default model's tokenizer (Qwen2.5-Coder, 151k tokens); skips if it is not prepared."""
-    from sglang_pask.default_model import default_model_dir, is_prepared
-
-    if not is_prepared():
-        pytest.skip("the default model is not prepared (python -m sglang_pask.default_model)")
+    """The default model's tokenizer (Qwen2.5-Coder, 151k tokens), preparing the model if needed."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(default_model_dir())
+    from sglang_pask.default_model import ensure_default_model
+
+    return AutoTokenizer.from_pretrained(ensure_default_model())

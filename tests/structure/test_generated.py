@@ -20,7 +20,7 @@ from sglang_pask.structure.roles import LABELS, Role
 from sglang_pask.structure.tracker import RoleGrammar, RoleTracker
 from sglang_pask.structure.vocab import TokenVocab, hf_special_ids
 
-xgrammar = pytest.importorskip("xgrammar")
+import xgrammar  # noqa: E402
 
 # --------------------------------------------------------------------------------------- goldens
 WEATHER = {
