@@ -1,0 +1,204 @@
+"""``python -m sglang_pask.inspect``: a prompt and its completion coloured by structural role.
+
+Sends one greedy request with ``return_kv_roles`` to a running server and shows every prompt and
+output token on a background colour that names its role, in the terminal and, with ``--html``, as
+a self-contained HTML page (hover a token for its role and id). A legend counts the tokens per role.
+
+    python -m sglang_pask.inspect --messages chat.json --tools tools.json --json-schema schema.json --html roles.html
+    python -m sglang_pask.inspect --prompt "SQL for all users: " --ebnf sql.ebnf
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from sglang_pask.structure import LABELS
+
+# One colour per role label (RGB), chosen so neighbouring roles differ.
+ROLE_COLOURS: dict[str, tuple[int, int, int]] = {
+    "whitespace": (230, 230, 230),
+    "boundary": (190, 190, 190),
+    "free_text": (250, 250, 210),
+    "func_name": (255, 120, 120),
+    "arg_key": (255, 190, 90),
+    "required_key": (255, 150, 40),
+    "value_string": (140, 210, 255),
+    "value_number": (120, 170, 255),
+    "value_bool": (180, 150, 255),
+    "value_null": (200, 200, 255),
+    "value_enum": (120, 230, 200),
+    "template": (160, 160, 160),
+    "system_text": (220, 240, 200),
+    "user_question": (150, 240, 150),
+    "schema_func_name": (255, 120, 200),
+    "schema_param_name": (255, 170, 220),
+    "schema_required": (255, 100, 160),
+    "schema_type": (230, 200, 255),
+    "schema_enum": (160, 230, 230),
+    "schema_description": (240, 225, 200),
+}
+
+
+@dataclass(frozen=True)
+class TaggedToken:
+    """One token: its id, its text, its role label, and whether it is part of the prompt."""
+
+    token_id: int
+    text: str
+    role: str
+    in_prompt: bool
+
+
+def _colour(role: str) -> tuple[int, int, int]:
+    return ROLE_COLOURS.get(role, (255, 255, 255))
+
+
+def render_terminal(tokens: Sequence[TaggedToken], colour: bool = True) -> str:
+    """The tokens as terminal text (24-bit background colours), then a legend with counts."""
+    parts: list[str] = []
+    for index, token in enumerate(tokens):
+        if index > 0 and token.in_prompt != tokens[index - 1].in_prompt:
+            parts.append("\n--- completion ---\n")
+        if colour:
+            r, g, b = _colour(token.role)
+            parts.append(f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m{token.text}\x1b[0m")
+        else:
+            parts.append(f"[{token.text}|{token.role}]")
+    legend = []
+    for role, count in sorted(Counter(t.role for t in tokens).items(), key=lambda item: LABELS.index(item[0])):
+        r, g, b = _colour(role)
+        swatch = f"\x1b[48;2;{r};{g};{b}m  \x1b[0m " if colour else ""
+        legend.append(f"{swatch}{role}: {count}")
+    return "".join(parts) + "\n\n" + "  ".join(legend) + "\n"
+
+
+def render_html(tokens: Sequence[TaggedToken], title: str) -> str:
+    """A self-contained HTML page: prompt and completion, one coloured span per token, and a legend."""
+
+    def span(token: TaggedToken) -> str:
+        r, g, b = _colour(token.role)
+        tip = html.escape(f"{token.role} (id {token.token_id})")
+        text = html.escape(token.text).replace("\n", "↵<br>")
+        return f'<span class="t" style="background:rgb({r},{g},{b})" title="{tip}">{text}</span>'
+
+    prompt = "".join(span(t) for t in tokens if t.in_prompt)
+    completion = "".join(span(t) for t in tokens if not t.in_prompt)
+    counts = Counter(t.role for t in tokens)
+    legend = "".join(
+        f'<tr><td><span class="t" style="background:rgb{_colour(role)}">{role}</span></td><td>{counts[role]}</td></tr>'
+        for role in LABELS
+        if counts[role]
+    )
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; max-width: 70em; }}
+.tokens {{ font-family: monospace; white-space: pre-wrap; line-height: 1.9; border: 1px solid #ccc; padding: 1em; }}
+.t {{ border-radius: 3px; padding: 1px 0; margin-right: 1px; }}
+table {{ border-collapse: collapse; }} td {{ padding: 2px 10px; }}
+</style></head><body>
+<h1>{html.escape(title)}</h1>
+<h2>Prompt ({sum(t.in_prompt for t in tokens)} tokens)</h2><div class="tokens">{prompt}</div>
+<h2>Completion ({sum(not t.in_prompt for t in tokens)} tokens)</h2><div class="tokens">{completion}</div>
+<h2>Roles</h2><table><tr><th>role</th><th>tokens</th></tr>{legend}</table>
+</body></html>
+"""
+
+
+def _read_json_arg(value: str) -> Any:
+    """JSON given inline or as a path to a file."""
+    path = Path(value)
+    text = path.read_text() if path.is_file() else value
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"error: not valid JSON (inline or file): {value[:80]!r}: {err}") from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m sglang_pask.inspect",
+        description="Show a prompt and its completion coloured by structural role (terminal and HTML).",
+    )
+    parser.add_argument("--url", default="http://127.0.0.1:30000", help="server address (default: %(default)s)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--prompt", help="raw prompt text")
+    source.add_argument("--messages", help="chat messages (JSON list, inline or a file); the model's chat template is applied")
+    parser.add_argument("--tools", help="OpenAI tools (JSON list, inline or a file) rendered by the chat template")
+    grammar = parser.add_mutually_exclusive_group()
+    grammar.add_argument("--json-schema", help="JSON schema constraint (inline or a file)")
+    grammar.add_argument("--regex", help="regex constraint")
+    grammar.add_argument("--ebnf", help="EBNF grammar constraint (a file, or the grammar text)")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--html", type=Path, help="also write the coloured page here")
+    parser.add_argument("--no-color", action="store_true", help="terminal output as [token|role] text")
+    return parser
+
+
+def _sampling_params(args: argparse.Namespace) -> dict[str, Any]:
+    params: dict[str, Any] = {"temperature": 0, "max_new_tokens": args.max_new_tokens, "return_kv_roles": True}
+    if args.json_schema:
+        params["json_schema"] = json.dumps(_read_json_arg(args.json_schema))
+    elif args.regex:
+        params["regex"] = args.regex
+    elif args.ebnf:
+        path = Path(args.ebnf)
+        params["ebnf"] = path.read_text() if path.is_file() else args.ebnf
+    return params
+
+
+def collect(url: str, prompt: str, sampling_params: dict[str, Any], tokenizer: Any) -> list[TaggedToken]:
+    """Send the request and pair every prompt and output token with its role."""
+    import requests
+
+    response = requests.post(f"{url}/generate", json={"text": prompt, "sampling_params": sampling_params}, timeout=600)
+    if response.status_code != 200:
+        raise SystemExit(f"error: the server answered {response.status_code}: {response.text[:500]}")
+    body = response.json()
+    meta = body["meta_info"]
+    prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    if len(prompt_ids) != len(meta["kv_prompt_roles"]):
+        raise SystemExit(
+            f"error: the local tokenizer gives {len(prompt_ids)} prompt tokens, the server "
+            f"{len(meta['kv_prompt_roles'])}; is --url serving the model this tokenizer belongs to?"
+        )
+    tokens = [TaggedToken(t, tokenizer.decode([t]), role, True) for t, role in zip(prompt_ids, meta["kv_prompt_roles"])]
+    tokens += [TaggedToken(t, tokenizer.decode([t]), role, False) for t, role in zip(body["output_ids"], meta["kv_roles"])]
+    return tokens
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = build_parser().parse_args(argv)
+    import requests
+    from transformers import AutoTokenizer
+
+    try:
+        model_path = requests.get(f"{args.url}/model_info", timeout=30).json()["model_path"]
+    except requests.RequestException as err:
+        print(f"error: no server at {args.url}: {err}", file=sys.stderr)
+        return 1
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    if args.messages:
+        tools = _read_json_arg(args.tools) if args.tools else None
+        prompt = tokenizer.apply_chat_template(
+            _read_json_arg(args.messages), tools=tools, tokenize=False, add_generation_prompt=True
+        )
+    else:
+        prompt = args.prompt
+    tokens = collect(args.url, prompt, _sampling_params(args), tokenizer)
+    sys.stdout.write(render_terminal(tokens, colour=not args.no_color and sys.stdout.isatty()))
+    if args.html:
+        args.html.write_text(render_html(tokens, f"Structural roles: {len(tokens)} tokens"))
+        print(f"wrote {args.html}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
