@@ -1,0 +1,36 @@
+"""KV persistence policies: which tokens' KV each layer group keeps (pure torch, no sglang import).
+
+- :mod:`.base`: :class:`KVPolicy` (the interface), :class:`KeepDecision`, :class:`RankingPolicy`
+  (window + priority fill) and :func:`keep_highest`.
+- :mod:`.budget`: group capacity, budget checks at start-up, the per-group split.
+- :mod:`.registry`: ``--kv-policy`` names (:func:`get_policy`, :func:`available_policies`).
+- One module per policy: :mod:`.full`, :mod:`.streaming_llm`, :mod:`.h2o`, :mod:`.snapkv`,
+  :mod:`.pyramidkv`.
+"""
+
+from .base import KeepDecision, KVPolicy, RankingPolicy, keep_highest
+from .budget import capacity, check_budget, plan_group_budgets
+from .full import FullPolicy
+from .h2o import H2OPolicy
+from .pyramidkv import PyramidKVPolicy
+from .registry import available_policies, get_policy, register_policy
+from .snapkv import SnapKVPolicy
+from .streaming_llm import StreamingLLMPolicy
+
+__all__ = [
+    "FullPolicy",
+    "H2OPolicy",
+    "KVPolicy",
+    "KeepDecision",
+    "PyramidKVPolicy",
+    "RankingPolicy",
+    "SnapKVPolicy",
+    "StreamingLLMPolicy",
+    "available_policies",
+    "capacity",
+    "check_budget",
+    "get_policy",
+    "keep_highest",
+    "plan_group_budgets",
+    "register_policy",
+]
