@@ -23,9 +23,8 @@ from sglang_pask.structure import RoleGrammar, RoleTracker, TokenVocab, hf_speci
 
 logger = logging.getLogger(__name__)
 
-# SGLang's grammar kinds (GrammarStats.dispatch_type) -> role-grammar kinds. Structural tags (the
-# OpenAI tools path with a tool-call parser) are tagged by the grammar-free lexer for now.
-_ROLE_KIND = {"json": "json", "regex": "regex", "ebnf": "ebnf", "structural_tag": "text"}
+# SGLang's grammar kinds (GrammarStats.dispatch_type) -> role-grammar kinds.
+_ROLE_KIND = {"json": "json", "regex": "regex", "ebnf": "ebnf", "structural_tag": "structural_tag"}
 
 _process_vocab: Optional[TokenVocab] = None
 

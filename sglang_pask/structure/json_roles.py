@@ -112,9 +112,46 @@ class JsonRoleMachine:
         if mode == _STR and buf is None and 0x22 not in data and 0x5C not in data:  # inside a string
             return state, (vrole if vrole >= 0 else _STRING), None
         scan = Scan(pend)
-        i = 0
+        core, _ = self.walk(state[:5], data, 0, scan, stop_at_done=False)
+        role, pend = scan.finish(span_open=self.span_open(core))
+        return core + (pend,), role, scan.revision
+
+    @staticmethod
+    def span_open(core: tuple) -> bool:
+        """Whether a key whose role is still tentative is open in ``core`` (a state without ``pend``)."""
+        return core[0] == _KEY and core[4] is not None
+
+    @staticmethod
+    def is_done(core: tuple) -> bool:
+        """Whether the top-level value is complete in ``core`` (a state without ``pend``)."""
+        return core[0] == _DONE
+
+    def walk(self, core: tuple, data: bytes, i: int, scan: Scan, stop_at_done: bool) -> tuple[tuple, int]:
+        """Walk ``data[i:]`` from ``core`` (a state without ``pend``), reporting byte roles to ``scan``.
+
+        Parameters
+        ----------
+        core
+            ``(mode, frames, vcands, vrole, buf)``.
+        data, i
+            The token's bytes and where to start in them.
+        scan
+            Receives the role of every byte walked.
+        stop_at_done
+            Stop as soon as the top-level value is complete, before the first byte after it (a
+            structural tag's end follows the value without a separator).
+
+        Returns
+        -------
+        tuple
+            The new ``core`` and the index of the first byte not walked (``len(data)`` unless
+            stopped).
+        """
+        mode, frames, vcands, vrole, buf = core
         n = len(data)
         while i < n:
+            if stop_at_done and mode == _DONE:
+                break
             b = data[i]
             i += 1
             if mode == _STR:
@@ -170,11 +207,17 @@ class JsonRoleMachine:
                     scan.add(vrole if vrole >= 0 else _NUMBER)
                     continue
                 mode = _AFTER if frames else _DONE  # this byte ends the number: read it again below
+                if stop_at_done and mode == _DONE:
+                    i -= 1
+                    break
             elif mode == _LIT:
                 if b in _LETTERS:
                     scan.add(vrole if vrole >= 0 else (_NULL if buf == b"n" else _BOOL))
                     continue
                 mode, buf = (_AFTER if frames else _DONE), None
+                if stop_at_done and mode == _DONE:
+                    i -= 1
+                    break
             if b in _WS:
                 scan.add(_WSR)
                 continue
@@ -243,5 +286,4 @@ class JsonRoleMachine:
                     scan.add(_FREE)
                 continue
             scan.add(_FREE)  # _DONE: nothing but whitespace may follow
-        role, pend = scan.finish(span_open=mode == _KEY and buf is not None)
-        return (mode, frames, vcands, vrole, buf, pend), role, scan.revision
+        return (mode, frames, vcands, vrole, buf), i

@@ -9,6 +9,8 @@ How a role is found
 A role machine walks a token's bytes; which one depends on the grammar (:meth:`RoleGrammar.compile`):
 
 - ``json``: :mod:`.json_roles`, following the schema (OpenAI tool-call envelopes included);
+- ``structural_tag``: :mod:`.tag_roles`, free text and the model's tool-call markup outside tags,
+  :mod:`.json_roles` with each tag's schema inside;
 - ``regex`` / ``ebnf`` whose literals spell Python call syntax (BFCL): :mod:`.call_roles`; its
   syntax layer is memoised across all such grammars, so a new grammar starts warm;
 - ``ebnf`` with ``rule[capture="role"]`` annotations: :mod:`.lexer_roles` plus the captures
@@ -47,10 +49,11 @@ from .json_schema import Schema
 from .lexer_roles import LexerRoleMachine
 from .roles import Role, combine
 from .scan import Revision
+from .tag_roles import StructuralTagRoleMachine
 from .vocab import TokenVocab
 
 #: Grammar kinds, named as SGLang's grammar backends dispatch them (``text``: no grammar).
-KINDS = ("json", "regex", "ebnf", "text")
+KINDS = ("json", "regex", "ebnf", "structural_tag", "text")
 
 _SHIFT = 24  # memo key: state << 24 | token id (vocabularies are far below 2**24)
 _MEMO_LIMIT = 1 << 19  # entries per grammar before the memo is cleared
@@ -105,8 +108,9 @@ class RoleGrammar:
         Parameters
         ----------
         kind
-            ``"json"`` (``key_string`` is a JSON schema, or ``"$$ANY$$"``), ``"regex"``, ``"ebnf"`` or
-            ``"text"`` (no grammar; ``key_string`` is ignored).
+            ``"json"`` (``key_string`` is a JSON schema, or ``"$$ANY$$"``), ``"regex"``, ``"ebnf"``,
+            ``"structural_tag"`` (``key_string`` is SGLang's structural tag JSON, legacy or with a
+            ``format``) or ``"text"`` (no grammar; ``key_string`` is ignored).
         key_string
             The grammar as SGLang receives it.
         vocab
@@ -119,10 +123,13 @@ class RoleGrammar:
         Raises
         ------
         ValueError
-            For an unknown kind, a malformed schema or regex, or malformed function docs.
+            For an unknown kind, a malformed schema, regex or structural tag, a structural tag format
+            that role tagging does not support, or malformed function docs.
         """
         if kind == "json":
             return cls(JsonRoleMachine(Schema.from_json(key_string)), vocab)
+        if kind == "structural_tag":
+            return cls(StructuralTagRoleMachine.from_json(key_string), vocab)
         if kind == "regex":
             return cls(cls._text_machine(analyze_regex(key_string), functions), vocab)
         if kind == "ebnf":
