@@ -2,4 +2,8 @@
 
 Each kernel module sits beside its plain-torch reference and is tested against it on CPU under
 ``TRITON_INTERPRET=1``.
+
+- ``window_scores``: the attention mass the last ``window`` queries of each sequence pay to every key,
+  recomputed from the token pool (fused attention kernels do not return weights): the scores of
+  SnapKV, H2O and StructKV.
 """

@@ -1,0 +1,195 @@
+"""Window-score kernel: Triton against its torch reference, timed side by side in one run.
+
+For each shape (one attention layer: ``--q-heads`` query heads over ``--kv-heads`` kv heads, head dim
+``--head-dim``, ``--dtype``), a batch of equal-length sequences whose keys sit at shuffled slots of a
+token pool is scored by ``window_scores_reference`` (gather, matmul, mask, softmax, sum per sequence)
+and by ``window_scores_triton``; each runs ``--repeats`` times after a warm-up and keeps its median.
+The table gives both times, the speed-up, the Triton kernel's effective key bandwidth (the keys'
+bytes once, over its time; it reads them twice) and the largest difference between the two results.
+
+Triton is timed only on a CUDA device with compiled kernels: interpreter timings
+(``TRITON_INTERPRET=1``, the only way Triton runs on a CPU) say nothing about the kernel, so on a
+machine without CUDA the Triton column is refused with a message and only the reference is timed.
+
+Usage (from the repository root; needs only torch and triton, not an install of this package)::
+
+    python bench/kernel_window_scores.py [--windows 8 32] [--repeats N] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+# The kernel module needs only torch and triton: importing it from its folder lets this run from a bare
+# checkout (the GPU benchmark machine has neither sglang nor an install of this package).
+sys.path.insert(0, str(REPO_ROOT / "kernels"))
+
+from window_scores import runs_interpreted, window_scores_reference, window_scores_triton  # noqa: E402
+
+# (batch, tokens per sequence): one long prompt, mid-size batches, a wide batch of short ones.
+SHAPES = ((1, 32768), (1, 8192), (8, 4096), (64, 1024))
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+@dataclass
+class Row:
+    """One shape's results; times in milliseconds (``None`` where not measured)."""
+
+    batch: int
+    tokens: int
+    window: int
+    reference_ms: float
+    triton_ms: float | None
+    speedup: float | None
+    triton_key_gbps: float | None
+    max_abs_diff: float | None
+
+
+def make_batch(batch: int, tokens: int, window: int, args: argparse.Namespace, device: torch.device
+               ) -> dict[str, Any]:
+    """Inputs of the window-score functions: random keys and queries, sequences at shuffled pool slots."""
+    total = batch * tokens
+    pool_size = total + total // 4
+    dtype = DTYPES[args.dtype]
+    k_buffer = torch.randn(pool_size, args.kv_heads, args.head_dim, device=device, dtype=dtype)
+    q = torch.randn(batch, window, args.q_heads, args.head_dim, device=device, dtype=dtype)
+    kv_indices = torch.randperm(pool_size, device=device)[:total].to(torch.int32)
+    kv_indptr = torch.arange(0, total + 1, tokens, device=device, dtype=torch.int32)
+    return {"q": q, "k_buffer": k_buffer, "kv_indptr": kv_indptr, "kv_indices": kv_indices}
+
+
+def median_ms(fn: Callable[[], torch.Tensor], repeats: int, device: torch.device) -> float:
+    """Median wall time of ``fn`` in milliseconds, after one warm-up call (which also compiles)."""
+    def synchronize() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    fn()
+    synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def bench_shape(batch: int, tokens: int, window: int, args: argparse.Namespace, device: torch.device,
+                time_triton: bool) -> Row:
+    """Time the reference (and Triton when ``time_triton``) on one shape."""
+    inputs = make_batch(batch, tokens, window, args, device)
+    reference_ms = median_ms(lambda: window_scores_reference(**inputs), args.repeats, device)
+    if not time_triton:
+        return Row(batch, tokens, window, reference_ms, None, None, None, None)
+    triton_ms = median_ms(lambda: window_scores_triton(**inputs), args.repeats, device)
+    diff = (window_scores_triton(**inputs) - window_scores_reference(**inputs)).abs().max().item()
+    key_bytes = batch * tokens * args.kv_heads * args.head_dim * inputs["k_buffer"].element_size()
+    return Row(batch, tokens, window, reference_ms, triton_ms, reference_ms / triton_ms,
+               key_bytes / triton_ms / 1e6, diff)
+
+
+def triton_refusal(device: torch.device) -> str | None:
+    """Why Triton cannot be timed here, or ``None`` when it can."""
+    if device.type != "cuda":
+        return ("Triton not timed: no CUDA device. On a CPU Triton runs only in its interpreter "
+                "(TRITON_INTERPRET=1), whose timings are meaningless; only the reference is timed.")
+    if runs_interpreted():
+        return "Triton not timed: TRITON_INTERPRET=1 is set, so the kernels would run in the interpreter."
+    return None
+
+
+def git_commit() -> str:
+    """HEAD of the checkout, with ``-dirty`` when tracked files differ; ``unknown`` outside git."""
+    def git(*cmd: str) -> str:
+        proc = subprocess.run(["git", *cmd], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def run_meta(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
+    """What the numbers depend on: the device, the software, the layer shape, the commit and the time."""
+    return {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        "q_heads": args.q_heads,
+        "kv_heads": args.kv_heads,
+        "head_dim": args.head_dim,
+        "dtype": args.dtype,
+        "repeats": args.repeats,
+        "commit": git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def print_table(rows: list[Row]) -> None:
+    """One line per shape."""
+    def cell(value: float | None, spec: str) -> str:
+        return "-" if value is None else format(value, spec)
+
+    head = (f"{'batch':>5} {'tokens':>7} {'window':>6} {'reference ms':>13} {'triton ms':>10} {'ratio':>7}"
+            f" {'triton key GB/s':>16} {'max |diff|':>11}")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        print(f"{r.batch:>5} {r.tokens:>7} {r.window:>6} {r.reference_ms:>13.3f} {cell(r.triton_ms, '.3f'):>10}"
+              f" {cell(r.speedup, '.1f'):>7} {cell(r.triton_key_gbps, '.0f'):>16} {cell(r.max_abs_diff, '.2e'):>11}")
+    print("ratio = reference ms / triton ms; key GB/s = the keys' bytes (read once) / triton ms")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--windows", type=int, nargs="+", default=[8, 32],
+                        help="query windows (StructKV uses 8, SnapKV commonly 32)")
+    parser.add_argument("--q-heads", type=int, default=32)
+    parser.add_argument("--kv-heads", type=int, default=8)
+    parser.add_argument("--head-dim", type=int, default=128)
+    parser.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    parser.add_argument("--repeats", type=int, help="timed calls per function (median kept); "
+                        "default 20 on CUDA, 1 on CPU")
+    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = build_parser().parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    args.repeats = args.repeats or (20 if device.type == "cuda" else 1)
+    refusal = triton_refusal(device)
+    if refusal:
+        print(refusal)
+    torch.manual_seed(0)
+    rows = [bench_shape(batch, tokens, window, args, device, refusal is None)
+            for window in args.windows for batch, tokens in SHAPES]
+    meta = run_meta(args, device)
+    print(f"{meta['device']}: {args.q_heads} q / {args.kv_heads} kv heads, head dim {args.head_dim}, "
+          f"{args.dtype}; median of {args.repeats} calls")
+    print_table(rows)
+    if args.json:
+        record = {"meta": meta, "triton_refused": refusal, "rows": [asdict(r) for r in rows]}
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
