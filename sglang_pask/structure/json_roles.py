@@ -19,6 +19,8 @@ function name picks the branch, and with it which arguments are required).
 
 from __future__ import annotations
 
+import re
+
 from .json_schema import ENVELOPE_ARGS, ENVELOPE_NAME, Cands, Schema
 from .roles import Role
 from .scan import Revision, Scan
@@ -29,6 +31,7 @@ _VALUE, _OBJ_OPEN, _OBJ_KEY, _KEY, _KEY_ESC, _COLON, _STR, _STR_ESC, _NUM, _LIT,
 _WS = frozenset(b" \t\n\r")
 _NUM_BYTES = frozenset(b"0123456789+-.eE")
 _LETTERS = frozenset(b"abcdefghijklmnopqrstuvwxyz")
+_PLAIN_RUN = re.compile(rb'[^"\\]*')  # string / key bytes up to the next quote or backslash
 _WSR, _BND, _FREE = int(Role.WHITESPACE), int(Role.BOUNDARY), int(Role.FREE_TEXT)
 _ARG, _REQ, _FUNC = int(Role.ARG_KEY), int(Role.REQUIRED_KEY), int(Role.FUNC_NAME)
 _STRING, _NUMBER, _BOOL, _NULL, _ENUM = (
@@ -167,12 +170,14 @@ class JsonRoleMachine:
                     scan.add(vrole if vrole >= 0 else _STRING)
                     mode = _STR_ESC
                     buf = None
-                else:
+                else:  # the run of plain string bytes up to a quote or backslash, at once
+                    j = _PLAIN_RUN.match(data, i).end()
                     scan.add(vrole if vrole >= 0 else _STRING)
-                    if buf is not None:
-                        buf = buf + bytes((b,))
+                    if buf is not None:  # enum prefixes are prefix-closed: checking the longest suffices
+                        buf = buf + data[i - 1 : j]
                         if buf not in self.schema.enum_prefixes(vcands):
                             buf = None
+                    i = j
                 continue
             if mode == _STR_ESC:
                 scan.add(vrole if vrole >= 0 else _STRING)
@@ -188,6 +193,18 @@ class JsonRoleMachine:
                     continue
                 if b == 0x5C:
                     mode = _KEY_ESC
+                else:  # a run of plain key bytes that stays a known key's prefix, at once
+                    j = _PLAIN_RUN.match(data, i).end()
+                    if buf is not None and self._key_tracked(top, buf + data[i - 1 : j]):
+                        # the shortest new prefix decides the tentative role (prefix sets are closed)
+                        scan.span(self._key_role(top, buf + bytes((b,)), final=False))
+                        buf = buf + data[i - 1 : j]
+                        i = j
+                        continue
+                    if buf is None:
+                        scan.add(self._key_role(top, None, final=True))
+                        i = j
+                        continue
                 if buf is not None:
                     buf = buf + bytes((b,))
                     if b == 0x5C or not self._key_tracked(top, buf):

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 Cands = tuple[int, ...]
 ANY: Cands = (0,)
@@ -26,11 +25,11 @@ KeySets = tuple[frozenset[bytes], frozenset[bytes], frozenset[bytes], frozenset[
 #: keys inside ``parameters`` / ``arguments`` are the call's argument keys.
 ENVELOPE_NAME = b"name"
 ENVELOPE_ARGS = (b"parameters", b"arguments")
+_COMPOSITE = frozenset({"$ref", "allOf", "anyOf", "oneOf"})
 
 
-@dataclass(frozen=True)
-class Node:
-    """One resolved object/array/scalar alternative of a schema."""
+class Node(NamedTuple):
+    """One resolved object/array/scalar alternative of a schema (a tuple: cheap to build)."""
 
     props: Mapping[bytes, Any]
     required: frozenset[bytes]
@@ -125,6 +124,8 @@ class Schema:
         """Resolve $ref and allOf; expand anyOf/oneOf into a list of plain alternatives."""
         if depth > 64:
             raise ValueError("JSON schema nests $ref/allOf/anyOf more than 64 levels deep")
+        if not _COMPOSITE.intersection(schema):  # a plain schema is its own only alternative
+            return [schema]
         schema = dict(schema)
         if "$ref" in schema:
             target = self._resolve_ref(schema.pop("$ref"))
