@@ -1,0 +1,41 @@
+"""StructKV's core (pure torch, no sglang import): centrality, pivot detection, skeleton selection.
+
+For one prompt of ``n`` tokens in a model of ``num_layers`` layers, the prefill drives it like this
+(``S^(l)``: the layer's window scores summed over heads, ``(n,)`` float32):
+
+1. ``acc = CentralityAccumulator(config.centrality_decay)``; per layer ``l`` while the whole prompt
+   runs: ``acc.add(S^(l))``, and when ``config.needs_statistics``, ``layer_statistics(S^(l),
+   config.topk_ratio)`` (stacked into ``(m, 3)``).
+2. ``pivot = config.pivot_layer(num_layers, stats)`` (:class:`PivotConfig`).
+3. ``skeleton = select_skeleton(acc.centrality(pivot), R_struct, window)``: the positions the layers
+   after the pivot compute on (or, with ``config.restart_prefill``, every layer from 0).
+4. Per layer, ``select_kv(S^(l), R_KV, window, positions, n)``: which of its tokens keep their KV.
+
+Modules: :mod:`.centrality`, :mod:`.pivot`, :mod:`.skeleton`.
+"""
+
+from .centrality import CentralityAccumulator
+from .pivot import (
+    DEFAULT_WEIGHTS,
+    PivotConfig,
+    detect_pivot,
+    layer_statistics,
+    normalized_gradient,
+    topk_count,
+    transition_scores,
+)
+from .skeleton import select_kv, select_skeleton, top_count
+
+__all__ = [
+    "DEFAULT_WEIGHTS",
+    "CentralityAccumulator",
+    "PivotConfig",
+    "detect_pivot",
+    "layer_statistics",
+    "normalized_gradient",
+    "select_kv",
+    "select_skeleton",
+    "top_count",
+    "topk_count",
+    "transition_scores",
+]
