@@ -72,7 +72,8 @@ class CentralityAccumulator:
         """
         if scores.dim() != 1 or not scores.is_floating_point():
             raise ValueError(
-                f"layer scores must be a 1-D float tensor (n,), got shape {tuple(scores.shape)} and dtype {scores.dtype}"
+                f"layer scores must be a 1-D float tensor (n,), "
+                f"got shape {tuple(scores.shape)} and dtype {scores.dtype}"
             )
         scores = scores.float()
         if not self._running:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -206,7 +206,7 @@ class PivotConfig:
         pivot, or weights, decay or ratio out of range.
     """
 
-    pivot: Union[Literal["auto"], int] = "auto"
+    pivot: Literal["auto"] | int = "auto"
     gemfilter: bool = False
     decay: float = 0.9
     weights: tuple[float, float, float] = DEFAULT_WEIGHTS

@@ -1,0 +1,310 @@
+"""StructKV core (pure torch): centrality recurrence, pivot detection, skeleton and KV selection.
+
+Random data is fresh on every run; the seed is in every assertion message and can be replayed with
+``STRUCTKV_TEST_SEED=<seed>``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import secrets
+import subprocess
+import sys
+
+import pytest
+import torch
+from torch import Tensor
+
+from sglang_pask.structkv import (
+    CentralityAccumulator,
+    PivotConfig,
+    detect_pivot,
+    layer_statistics,
+    normalized_gradient,
+    select_kv,
+    select_skeleton,
+    topk_count,
+    transition_scores,
+)
+
+SEEDS_PER_TEST = 6
+
+
+@pytest.fixture
+def seed() -> int:
+    value = int(os.environ.get("STRUCTKV_TEST_SEED", secrets.randbits(31)))
+    print(f"STRUCTKV_TEST_SEED={value}")
+    return value
+
+
+def planted_layers(gen: torch.Generator, num_layers: int, last_diffuse: int, n: int) -> tuple[list[Tensor], Tensor]:
+    """Per-head window scores of a prompt whose attention is diffuse in layers ``0 .. last_diffuse``
+    and concentrated on a few hub tokens in the layers after.
+
+    Returns
+    -------
+    tuple[list[Tensor], Tensor]
+        ``num_layers`` tensors ``(num_heads, n)`` float32 (softmax of 8 window queries' logits per
+        head, summed over the queries), and the hub positions ``(num_hubs,)`` int64.
+    """
+    num_heads, window = 4, 8
+    hubs = torch.randperm(n, generator=gen)[: max(1, n // 20)]
+    layers = []
+    for layer in range(num_layers):
+        sigma = 0.2 + 0.3 * torch.rand((), generator=gen).item()
+        logits = sigma * torch.randn(num_heads, window, n, generator=gen)
+        if layer > last_diffuse:
+            logits[:, :, hubs] += 5.0 + 0.5 * torch.rand((), generator=gen).item()
+        layers.append(torch.softmax(logits, dim=-1).sum(dim=1))
+    return layers, hubs
+
+
+def random_planted_case(seed: int) -> tuple[int, int, int, list[Tensor], Tensor]:
+    """``(num_layers, last_diffuse, n, layers, hubs)`` drawn from ``seed``."""
+    gen = torch.Generator().manual_seed(seed)
+    num_layers = int(torch.randint(4, 40, (), generator=gen))
+    last_diffuse = int(torch.randint(0, num_layers - 1, (), generator=gen))
+    n = int(torch.randint(64, 512, (), generator=gen))
+    layers, hubs = planted_layers(gen, num_layers, last_diffuse, n)
+    return num_layers, last_diffuse, n, layers, hubs
+
+
+def test_pivot_finds_planted_phase_change(seed: int) -> None:
+    for case_seed in range(seed, seed + SEEDS_PER_TEST):
+        num_layers, last_diffuse, n, layers, _ = random_planted_case(case_seed)
+        what = f"seed {case_seed}: {num_layers} layers, {n} tokens, diffuse through layer {last_diffuse}"
+        per_head = torch.stack([layer_statistics(scores) for scores in layers])
+        summed = torch.stack([layer_statistics(scores.sum(dim=0)) for scores in layers])
+        assert per_head.shape == (num_layers, 3)
+        assert PivotConfig().pivot_layer(num_layers, per_head) == last_diffuse + 1, what
+        assert detect_pivot(summed, num_layers) == last_diffuse + 1, what
+        # A prefill that must decide early passes a prefix of the layers: the step is found as long
+        # as the prefix reaches the first concentrated layer.
+        seen = last_diffuse + 2
+        assert detect_pivot(per_head[:seen], num_layers) == last_diffuse + 1, what
+
+
+def test_planted_hubs_land_in_the_skeleton(seed: int) -> None:
+    for case_seed in range(seed, seed + SEEDS_PER_TEST):
+        num_layers, _, _, layers, hubs = random_planted_case(case_seed)
+        config = PivotConfig()
+        acc = CentralityAccumulator(config.centrality_decay)
+        for scores in layers:
+            acc.add(scores.sum(dim=0))
+        stats = torch.stack([layer_statistics(scores, config.topk_ratio) for scores in layers])
+        pivot = config.pivot_layer(num_layers, stats)
+        skeleton = select_skeleton(acc.centrality(pivot), 0.2, 8)
+        assert set(hubs.tolist()) <= set(skeleton.tolist()), f"seed {case_seed}: hubs missing from the skeleton"
+
+
+def test_layer_statistics_known_values() -> None:
+    n = 40
+    uniform = layer_statistics(torch.full((n,), 3.0), topk_ratio=0.25)
+    torch.testing.assert_close(uniform, torch.tensor([math.log(n), 10 / n, 0.0]))
+    one_hot = torch.zeros(2, n)
+    one_hot[0, 7] = 5.0
+    one_hot[1, 30] = 1.0
+    torch.testing.assert_close(layer_statistics(one_hot), torch.tensor([0.0, 1.0, (1 - 1 / n) / n]))
+    assert topk_count(0.2, 100) == 20
+    assert topk_count(0.29, 100) == 29
+    assert topk_count(0.01, 5) == 1
+    assert topk_count(1.0, 7) == 7
+
+
+def test_normalized_gradient_and_weights(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.randn(12, generator=gen)
+    grad = normalized_gradient(values)
+    assert grad.shape == (11,)
+    assert math.isclose(grad.abs().max().item(), 1.0, rel_tol=1e-6), f"seed {seed}"
+    torch.testing.assert_close(grad * values.diff().abs().max(), values.diff())
+    assert torch.equal(normalized_gradient(torch.full((5,), 2.5)), torch.zeros(4))
+    stats = torch.randn(12, 3, generator=gen)
+    only_variance = transition_scores(stats, (0.0, 0.0, 1.0))
+    torch.testing.assert_close(only_variance, normalized_gradient(stats[:, 2]))
+    only_entropy = transition_scores(stats, (1.0, 0.0, 0.0))
+    torch.testing.assert_close(only_entropy, normalized_gradient(-stats[:, 0]))
+    # Flat statistics: every T_l is 0 and the first maximum gives L* = 1.
+    assert detect_pivot(torch.ones(6, 3), 10) == 1
+
+
+def test_centrality_recurrence_equals_formula(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    num_layers, n = int(torch.randint(1, 20, (), generator=gen)), int(torch.randint(1, 300, (), generator=gen))
+    layers = [torch.rand(n, generator=gen) for _ in range(num_layers)]
+    for decay in (0.9, 0.0, 1.0, torch.rand((), generator=gen).item()):
+        acc = CentralityAccumulator(decay)
+        for scores in layers:
+            acc.add(scores)
+        assert acc.num_layers == num_layers
+        for pivot in range(num_layers):
+            explicit = sum(decay ** (pivot - layer) * layers[layer] for layer in range(pivot + 1))
+            what = f"seed {seed}, decay {decay}, pivot {pivot}"
+            torch.testing.assert_close(acc.centrality(pivot), explicit, msg=lambda m, what=what: f"{what}: {m}")
+        assert torch.equal(acc.centrality(0), layers[0])
+    snapshot = CentralityAccumulator(0.0)
+    for scores in layers:
+        snapshot.add(scores.double())
+    assert snapshot.centrality(num_layers - 1).dtype == torch.float32
+    assert torch.equal(snapshot.centrality(num_layers - 1), layers[-1])
+
+
+def check_selection(picked: Tensor, scores: Tensor, in_window: Tensor, count: int, what: str) -> None:
+    """``picked``: sorted, unique, ``count`` long, every window entry, and the best of the rest."""
+    assert picked.dtype == torch.int64, what
+    assert picked.numel() == count, what
+    assert torch.equal(picked, torch.unique(picked)), f"{what}: not sorted and unique"
+    chosen = torch.zeros_like(in_window)
+    chosen[picked] = True
+    assert chosen[in_window].all(), f"{what}: window missing"
+    inside, outside = scores[chosen & ~in_window], scores[~chosen & ~in_window]
+    if inside.numel() and outside.numel():
+        assert inside.min() >= outside.max(), f"{what}: a lower-scored token was kept over a higher one"
+
+
+def test_select_skeleton(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for case in range(20):
+        seq_len = int(torch.randint(1, 400, (), generator=gen))
+        window = int(torch.randint(1, 20, (), generator=gen))
+        ratio = float(torch.rand((), generator=gen).clamp_min(0.01))
+        centrality = torch.rand(seq_len, generator=gen)
+        skeleton = select_skeleton(centrality, ratio, window)
+        count = min(seq_len, math.floor(ratio * seq_len + 1e-9) + min(window, seq_len))
+        in_window = torch.arange(seq_len) >= seq_len - window
+        what = f"seed {seed}, case {case}: seq_len {seq_len}, window {window}, ratio {ratio}"
+        check_selection(skeleton, centrality, in_window, count, what)
+    assert select_skeleton(torch.zeros(100)).numel() == 20 + 8
+
+
+def test_select_kv_among_skeleton_positions(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for case in range(20):
+        seq_len = int(torch.randint(1, 400, (), generator=gen))
+        window = int(torch.randint(1, 20, (), generator=gen))
+        ratio = float(torch.rand((), generator=gen).clamp_min(0.01))
+        skeleton = select_skeleton(torch.rand(seq_len, generator=gen), 0.3, window)
+        scores = torch.rand(skeleton.numel(), generator=gen)
+        keep = select_kv(scores, ratio, window, skeleton, seq_len)
+        count = min(skeleton.numel(), math.floor(ratio * seq_len + 1e-9) + min(window, seq_len))
+        what = f"seed {seed}, case {case}: seq_len {seq_len}, window {window}, ratio {ratio}"
+        check_selection(keep, scores, skeleton >= seq_len - window, count, what)
+        assert torch.equal(skeleton[keep], skeleton[keep].sort().values), what
+        # Before the pivot a layer's candidates are the whole prompt (positions 0 .. n-1).
+        full_scores = torch.rand(seq_len, generator=gen)
+        explicit = select_kv(full_scores, ratio, window, torch.arange(seq_len), seq_len)
+        assert torch.equal(select_kv(full_scores, ratio, window), explicit), what
+
+
+def test_ratio_one_keeps_everything(seed: int) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    for seq_len in (1, 5, 8, 9, int(torch.randint(10, 500, (), generator=gen))):
+        scores = torch.rand(seq_len, generator=gen)
+        everything = torch.arange(seq_len)
+        assert torch.equal(select_skeleton(scores, 1.0, 8), everything), f"seed {seed}, seq_len {seq_len}"
+        assert torch.equal(select_kv(scores, 1.0, 8), everything), f"seed {seed}, seq_len {seq_len}"
+        assert torch.equal(select_kv(scores, 1.0, 1, everything + 0, seq_len), everything)
+    # A prompt no longer than the window is all window, whatever the ratio.
+    assert torch.equal(select_skeleton(torch.rand(6, generator=gen), 0.01, 8), torch.arange(6))
+
+
+def test_ties_go_to_the_earlier_token() -> None:
+    assert select_skeleton(torch.ones(20), 0.1, 2).tolist() == [0, 1, 18, 19]
+    assert select_kv(torch.ones(20), 0.1, 2).tolist() == [0, 1, 18, 19]
+
+
+def test_fixed_pivot_and_gemfilter_modes() -> None:
+    auto = PivotConfig()
+    assert auto.needs_statistics and not auto.restart_prefill
+    assert auto.centrality_decay == 0.9 and auto.weights == (0.2, 0.3, 0.5)
+    fixed = PivotConfig(pivot=15)
+    assert not fixed.needs_statistics and not fixed.restart_prefill and fixed.centrality_decay == 0.9
+    assert fixed.pivot_layer(32) == 15
+    assert fixed.pivot_layer(32, torch.rand(32, 3)) == 15  # statistics are ignored
+    assert fixed.pivot_layer(10) == 9  # clamped to num_layers - 1
+    assert PivotConfig(pivot=0).pivot_layer(10) == 1  # clamped to 1
+    assert PivotConfig(pivot=15, decay=0.0).centrality_decay == 0.0  # FastKV's single-layer snapshot
+    gem = PivotConfig(pivot=13, gemfilter=True)
+    assert gem.restart_prefill and gem.centrality_decay == 0.0 and not gem.needs_statistics
+    assert gem.pivot_layer(32) == 13
+    acc = CentralityAccumulator(gem.centrality_decay)
+    layers = [torch.rand(50) for _ in range(20)]
+    for scores in layers:
+        acc.add(scores)
+    assert torch.equal(acc.centrality(gem.pivot_layer(32)), layers[13])
+
+
+@pytest.mark.parametrize("ratio", [0.0, -0.1, 1.5, float("nan"), float("inf")])
+def test_ratio_errors(ratio: float) -> None:
+    with pytest.raises(ValueError, match="R_struct"):
+        select_skeleton(torch.rand(10), ratio)
+    with pytest.raises(ValueError, match="R_KV"):
+        select_kv(torch.rand(10), ratio)
+    with pytest.raises(ValueError, match="top-k ratio"):
+        layer_statistics(torch.rand(10), ratio)
+    with pytest.raises(ValueError, match="top-k ratio"):
+        PivotConfig(topk_ratio=ratio)
+
+
+def test_errors() -> None:
+    for window in (0, -3, True, 2.0):
+        with pytest.raises(ValueError, match="window"):
+            select_skeleton(torch.rand(10), 0.2, window)
+        with pytest.raises(ValueError, match="window"):
+            select_kv(torch.rand(10), 0.1, window)
+    with pytest.raises(ValueError, match="centrality must be a 1-D float"):
+        select_skeleton(torch.rand(2, 10))
+    with pytest.raises(ValueError, match="layer scores must be a 1-D float"):
+        select_kv(torch.arange(10))
+    with pytest.raises(ValueError, match="positions must be an int64"):
+        select_kv(torch.rand(10), 0.1, 8, torch.arange(10, dtype=torch.int32), 10)
+    with pytest.raises(ValueError, match="seq_len .* is required"):
+        select_kv(torch.rand(10), 0.1, 8, torch.arange(10))
+    with pytest.raises(ValueError, match="less than the 10 candidates"):
+        select_kv(torch.rand(10), 0.1, 8, torch.arange(10), 9)
+    with pytest.raises(ValueError, match="layer scores must be a float tensor"):
+        layer_statistics(torch.rand(2, 3, 4))
+    with pytest.raises(ValueError, match="n >= 1"):
+        layer_statistics(torch.rand(0))
+    with pytest.raises(ValueError, match=r"stats must be a float tensor \(m, 3\)"):
+        detect_pivot(torch.rand(1, 3), 10)
+    with pytest.raises(ValueError, match=r"stats must be a float tensor \(m, 3\)"):
+        detect_pivot(torch.rand(5, 2), 10)
+    with pytest.raises(ValueError, match="model has 4"):
+        detect_pivot(torch.rand(5, 3), 4)
+    with pytest.raises(ValueError, match="needs the per-layer statistics"):
+        PivotConfig().pivot_layer(10)
+    with pytest.raises(ValueError, match="at least 2 layers"):
+        PivotConfig(pivot=3).pivot_layer(1)
+    for pivot in (-1, 2.5, "3", True, None):
+        with pytest.raises(ValueError, match="pivot must be 'auto'"):
+            PivotConfig(pivot=pivot)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="GemFilter-style selection needs a fixed pivot"):
+        PivotConfig(gemfilter=True)
+    for weights in ((0.5, 0.5), (0.0, 0.0, 0.0), (-0.1, 0.5, 0.6), (float("nan"), 0.3, 0.5)):
+        with pytest.raises(ValueError, match="pivot weights"):
+            PivotConfig(weights=weights)  # type: ignore[arg-type]
+    for decay in (-0.1, 1.1, float("nan")):
+        with pytest.raises(ValueError, match="decay"):
+            PivotConfig(decay=decay)
+        with pytest.raises(ValueError, match="decay"):
+            CentralityAccumulator(decay)
+    acc = CentralityAccumulator()
+    with pytest.raises(ValueError, match="1-D float"):
+        acc.add(torch.arange(5))
+    acc.add(torch.rand(5))
+    with pytest.raises(ValueError, match="layer 1 has scores for 6 tokens, earlier layers for 5"):
+        acc.add(torch.rand(6))
+    with pytest.raises(ValueError, match="pivot layer 1 is not among the 1 layers"):
+        acc.centrality(1)
+
+
+def test_core_never_imports_sglang() -> None:
+    code = (
+        "import sys, sglang_pask.structkv; "
+        "bad = [m for m in sys.modules if m == 'sglang' or m.startswith('sglang.')]; "
+        "assert not bad, bad"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
