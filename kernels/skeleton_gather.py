@@ -86,6 +86,13 @@ def _check_offsets(name: str, indptr: torch.Tensor) -> None:
                          f"of shape {tuple(indptr.shape)}")
 
 
+def _check_keep_indices(keep_indices: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``keep_indices`` is a 1-D int32/int64 tensor."""
+    if keep_indices.dim() != 1 or keep_indices.dtype not in INDEX_DTYPES:
+        raise ValueError(f"keep_indices must be a 1-D int32 or int64 tensor; got {keep_indices.dtype} "
+                         f"of shape {tuple(keep_indices.shape)}")
+
+
 def _check_gather_inputs(
     hidden_states: torch.Tensor,
     positions: torch.Tensor,
@@ -109,9 +116,7 @@ def _check_gather_inputs(
     if keep_indptr.shape != extend_indptr.shape:
         raise ValueError(f"keep_indptr must be (B + 1,) like extend_indptr {tuple(extend_indptr.shape)}; "
                          f"got {tuple(keep_indptr.shape)}")
-    if keep_indices.dim() != 1 or keep_indices.dtype not in INDEX_DTYPES:
-        raise ValueError(f"keep_indices must be a 1-D int32 or int64 tensor; got {keep_indices.dtype} "
-                         f"of shape {tuple(keep_indices.shape)}")
+    _check_keep_indices(keep_indices)
     tensors = (hidden_states, positions, extend_indptr, keep_indices, keep_indptr)
     devices = {t.device for t in (*tensors, *(() if residual is None else (residual,)))}
     if len(devices) != 1:
@@ -146,7 +151,8 @@ def validate_skeleton(extend_indptr: torch.Tensor, keep_indices: torch.Tensor, k
                          f"{extend_indptr.shape[0]}: they must describe the same batch")
     lengths = _lengths("extend_indptr", extend_indptr)
     keep_lengths = _lengths("keep_indptr", keep_indptr)
-    if keep_indices.dim() != 1 or keep_indptr[-1].item() != keep_indices.shape[0]:
+    _check_keep_indices(keep_indices)
+    if keep_indptr[-1].item() != keep_indices.shape[0]:
         raise ValueError(f"keep_indptr ends at {keep_indptr[-1].item()} but keep_indices has shape "
                          f"{tuple(keep_indices.shape)}")
     bounds = torch.repeat_interleave(lengths, keep_lengths)
