@@ -51,6 +51,8 @@ INDEX_DTYPES = (torch.int32, torch.int64)
 # Kept rows per program, and hidden columns per tile of a program's loop over D.
 BLOCK_K = 8
 BLOCK_D = 128
+# Absorbs float error in ratio * L (0.29 * 100 is 28.999999999999996).
+_EPS = 1e-9
 # Integer views of the supported dtypes: the kernels copy bits, never values.
 _BIT_DTYPES = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
 
@@ -463,9 +465,12 @@ def skeleton_from_scores(
     """StructKV's skeleton selection: per sequence, its last ``window`` tokens plus the top tokens by score.
 
     Sequence ``b`` of length ``L`` keeps its last ``min(window, L)`` tokens and, of the tokens before
-    them, the ``min(ceil(ratio * L), L - window)`` with the highest scores (ties to the earlier token).
-    ``ratio = 1`` keeps every token (the identity); ``ratio = 0`` keeps the window only. In the model
-    pass use ``window >= 1``: the last token's logits are needed.
+    them, the ``min(floor(ratio * L), L - window)`` with the highest scores (ties to the earlier token):
+    ``min(L, floor(ratio * L) + min(window, L))`` tokens, the counting of
+    ``sglang_pask.structkv.select_skeleton``, of which this is the packed-batch form (the test checks
+    they agree; this module imports only torch and triton). ``ratio = 1`` keeps every token (the
+    identity); ``ratio = 0`` keeps the window only. In the model pass use ``window >= 1``: the last
+    token's logits are needed.
 
     Parameters
     ----------
@@ -503,7 +508,7 @@ def skeleton_from_scores(
     kept: list[torch.Tensor] = []
     for start, length in zip(extend_indptr.tolist(), lengths.tolist()):
         body = max(length - window, 0)
-        top = min(math.ceil(round(ratio * length, 9)), body)  # round: 0.7 * 10 is 7.000000000000001
+        top = min(math.floor(ratio * length + _EPS), body)
         order = torch.sort(scores[start:start + body], descending=True, stable=True).indices[:top]
         tail = torch.arange(body, length, device=scores.device)
         kept.append(torch.cat([order.sort().values, tail]))

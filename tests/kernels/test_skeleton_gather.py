@@ -33,6 +33,7 @@ from sglang_pask.kernels.skeleton_gather import (
     skeleton_scatter_triton,
     validate_skeleton,
 )
+from sglang_pask.structkv import select_skeleton
 
 SEED = int(os.environ.get("SKELETON_GATHER_SEED", secrets.randbits(31)))
 KERNEL_NAMES = ("_gather_kernel", "_scatter_kernel")
@@ -260,16 +261,29 @@ def test_score_selection_keeps_window_and_top_scores(ratio: float, window: int) 
         kept = set(keep_indices[lo:hi].tolist())
         assert set(range(body, length)) <= kept, f"seed {SEED}: window not kept in sequence {b}"
         chosen = sorted(kept - set(range(body, length)))
-        assert len(chosen) == min(math.ceil(round(ratio * length, 9)), body), f"seed {SEED}: sequence {b}"
+        assert len(chosen) == min(math.floor(ratio * length + 1e-9), body), f"seed {SEED}: sequence {b}"
         dropped = sorted(set(range(body)) - set(chosen))
         body_scores = scores[starts[b]:starts[b] + body]
         if chosen and dropped:
             assert body_scores[chosen].min() >= body_scores[dropped].max(), f"seed {SEED}: sequence {b}"
 
 
-def test_score_ties_go_to_the_earlier_token_and_ratio_is_not_inflated() -> None:
-    keep_indices, keep_indptr = skeleton_from_scores(torch.ones(10), torch.tensor([0, 10]), 0.7, 0)
-    assert keep_indices.tolist() == list(range(7)) and keep_indptr.tolist() == [0, 7]
+def test_score_ties_go_to_the_earlier_token_and_float_error_is_absorbed() -> None:
+    keep_indices, keep_indptr = skeleton_from_scores(torch.ones(100), torch.tensor([0, 100]), 0.29, 0)
+    assert keep_indices.tolist() == list(range(29)) and keep_indptr.tolist() == [0, 29]
+
+
+@pytest.mark.parametrize("ratio, window", [(0.2, 8), (0.29, 1), (0.5, 3), (1.0, 8)])
+def test_score_selection_is_select_skeleton_per_sequence(ratio: float, window: int) -> None:
+    """The packed builder agrees with StructKV's per-prompt selection, sequence by sequence."""
+    gen = torch.Generator().manual_seed(SEED)
+    lengths = (100, 1, 0, 7, 64)
+    extend_indptr = torch.tensor((0, *lengths)).cumsum(0)
+    scores = torch.randint(0, 5, (sum(lengths),), generator=gen).float()  # many ties
+    keep_indices, keep_indptr = skeleton_from_scores(scores, extend_indptr, ratio, window)
+    for b, ((start, end), (lo, hi)) in enumerate(zip(pairwise(extend_indptr.tolist()), pairwise(keep_indptr.tolist()))):
+        expected = select_skeleton(scores[start:end], ratio, window)
+        assert keep_indices[lo:hi].tolist() == expected.tolist(), f"seed {SEED}: sequence {b}"
 
 
 def test_mask_selection_matches_nonzero() -> None:
