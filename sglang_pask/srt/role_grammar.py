@@ -37,15 +37,18 @@ def process_vocab() -> Optional[TokenVocab]:
 def role_grammar_for(kind: str, key_string: str, vocab: TokenVocab) -> RoleGrammar:
     """The role grammar of a request grammar; the grammar-free lexer if its text cannot be analysed.
 
-    Role tagging must never refuse a request that xgrammar accepted, so an analysis error only
-    downgrades the roles (and is logged).
+    Role tagging must never refuse a request that xgrammar accepted, so any analysis error (a
+    ValueError for grammar features it does not read, or a bug) only downgrades the roles and is
+    logged; the request is served as stock SGLang would serve it.
     """
     role_kind = _ROLE_KIND.get(kind, "text")
     try:
         return RoleGrammar.compile(role_kind, key_string, vocab)
     except ValueError as err:
         logger.warning("sglang-pask: %s grammar roles fall back to the lexer: %s", kind, err)
-        return RoleGrammar.compile("text", "", vocab)
+    except Exception:  # noqa: BLE001 - auxiliary analysis must not fail a request xgrammar accepted
+        logger.exception("sglang-pask: role analysis of a %s grammar failed; using the lexer", kind)
+    return RoleGrammar.compile("text", "", vocab)
 
 
 class RoleTrackedGrammar(XGrammarGrammar):
