@@ -34,7 +34,6 @@ import json
 import os
 import platform
 import shlex
-import subprocess
 import sys
 import tempfile
 import time
@@ -59,6 +58,8 @@ from sglang_pask.bfcl.report import (
 )
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
 from sglang_pask.server_process import ServerProcess
+
+from bench.common import git_commit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GRAMMARS: dict[str, Callable[[BfclItem], str] | None] = {"regex": item_regex, "ebnf": item_ebnf, "none": None}
@@ -283,17 +284,6 @@ def machine_info() -> dict[str, str | int]:
         "nproc": os.cpu_count() or 0,
         "python": platform.python_version(),
     }
-
-
-def git_commit() -> str:
-    """The repository's HEAD commit, with ``-dirty`` when tracked files are modified."""
-    def git(*cmd: str) -> str:
-        return subprocess.run(
-            ["git", *cmd], cwd=REPO_ROOT, capture_output=True, text=True, check=False
-        ).stdout.strip()
-
-    commit = git("rev-parse", "HEAD") or "unknown"
-    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def build_parser() -> argparse.ArgumentParser:

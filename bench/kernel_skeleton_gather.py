@@ -32,11 +32,7 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +44,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The kernel module needs only torch and triton: importing it from its folder lets this run from a bare
 # checkout (the GPU benchmark machine has neither sglang nor an install of this package).
 sys.path.insert(0, str(REPO_ROOT / "kernels"))
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.common import git_commit, median_ms, triton_refusal  # noqa: E402
 
 from skeleton_gather import (  # noqa: E402
     runs_interpreted,
@@ -96,23 +95,6 @@ def make_batch(batch: int, tokens: int, args: argparse.Namespace, device: torch.
         "keep_indptr": keep_indptr.to(torch.int32),
         "residual": None if args.no_residual else torch.randn(total, args.dim, device=device, dtype=dtype),
     }
-
-
-def median_ms(fn: Callable[[], object], repeats: int, device: torch.device) -> float:
-    """Median wall time of ``fn`` in milliseconds, after one warm-up call (which also compiles)."""
-    def synchronize() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    fn()
-    synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def same_bits(a: torch.Tensor | None, b: torch.Tensor | None) -> bool:
@@ -172,28 +154,6 @@ def bench_shape(batch: int, tokens: int, args: argparse.Namespace, device: torch
             row("scatter", scatter_ms, triton_scatter_ms, scatter_bytes, scatter_equal)]
 
 
-def triton_refusal(device: torch.device) -> str | None:
-    """Why Triton cannot be timed here, or ``None`` when it can."""
-    if device.type != "cuda":
-        return ("Triton not timed: no CUDA device. On a CPU Triton runs only in its interpreter "
-                "(TRITON_INTERPRET=1), whose timings are meaningless; only torch is timed.")
-    if runs_interpreted():
-        return "Triton not timed: TRITON_INTERPRET=1 is set, so the kernels would run in the interpreter."
-    return None
-
-
-def git_commit() -> str:
-    """HEAD of the checkout, with ``-dirty`` when tracked files differ; ``unknown`` outside git."""
-    def git(*cmd: str) -> str:
-        proc = subprocess.run(["git", *cmd], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-        return proc.stdout.strip() if proc.returncode == 0 else ""
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
-        return "unknown"
-    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
 def run_meta(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     """What the numbers depend on: the device, the software, the shape options, the commit and the time."""
     return {
@@ -247,7 +207,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.repeats = args.repeats or (20 if device.type == "cuda" else 1)
-    refusal = triton_refusal(device)
+    refusal = triton_refusal(device, runs_interpreted(), "torch")
     if refusal:
         print(refusal)
     torch.manual_seed(0)

@@ -22,11 +22,7 @@ import argparse
 import datetime
 import json
 import platform
-import statistics
-import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +34,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The kernel module needs only torch and triton: importing it from its folder lets this run from a bare
 # checkout (the GPU benchmark machine has neither sglang nor an install of this package).
 sys.path.insert(0, str(REPO_ROOT / "kernels"))
+sys.path.insert(0, str(REPO_ROOT))
+
+from bench.common import git_commit, median_ms, triton_refusal  # noqa: E402
 
 from window_scores import runs_interpreted, window_scores_reference, window_scores_triton  # noqa: E402
 
@@ -73,23 +72,6 @@ def make_batch(batch: int, tokens: int, window: int, args: argparse.Namespace, d
     return {"q": q, "k_buffer": k_buffer, "kv_indptr": kv_indptr, "kv_indices": kv_indices}
 
 
-def median_ms(fn: Callable[[], torch.Tensor], repeats: int, device: torch.device) -> float:
-    """Median wall time of ``fn`` in milliseconds, after one warm-up call (which also compiles)."""
-    def synchronize() -> None:
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-
-    fn()
-    synchronize()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        synchronize()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
-
-
 def bench_shape(batch: int, tokens: int, window: int, args: argparse.Namespace, device: torch.device,
                 time_triton: bool) -> Row:
     """Time the reference (and Triton when ``time_triton``) on one shape."""
@@ -102,28 +84,6 @@ def bench_shape(batch: int, tokens: int, window: int, args: argparse.Namespace, 
     key_bytes = batch * tokens * args.kv_heads * args.head_dim * inputs["k_buffer"].element_size()
     return Row(batch, tokens, window, reference_ms, triton_ms, reference_ms / triton_ms,
                key_bytes / triton_ms / 1e6, diff)
-
-
-def triton_refusal(device: torch.device) -> str | None:
-    """Why Triton cannot be timed here, or ``None`` when it can."""
-    if device.type != "cuda":
-        return ("Triton not timed: no CUDA device. On a CPU Triton runs only in its interpreter "
-                "(TRITON_INTERPRET=1), whose timings are meaningless; only the reference is timed.")
-    if runs_interpreted():
-        return "Triton not timed: TRITON_INTERPRET=1 is set, so the kernels would run in the interpreter."
-    return None
-
-
-def git_commit() -> str:
-    """HEAD of the checkout, with ``-dirty`` when tracked files differ; ``unknown`` outside git."""
-    def git(*cmd: str) -> str:
-        proc = subprocess.run(["git", *cmd], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-        return proc.stdout.strip() if proc.returncode == 0 else ""
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
-        return "unknown"
-    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
 def run_meta(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
@@ -176,7 +136,7 @@ def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.repeats = args.repeats or (20 if device.type == "cuda" else 1)
-    refusal = triton_refusal(device)
+    refusal = triton_refusal(device, runs_interpreted(), "the reference")
     if refusal:
         print(refusal)
     torch.manual_seed(0)

@@ -12,16 +12,14 @@ from __future__ import annotations
 import math
 import os
 import secrets
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from interpreter_child import run_in_interpreter
 
 from sglang_pask.kernels.skeleton_gather import (
     BLOCK_D,
@@ -149,18 +147,6 @@ def assert_bitwise(got: torch.Tensor, expected: torch.Tensor) -> None:
     assert torch.equal(got, expected), f"seed {SEED}: values differ"
 
 
-def run_interpreted(batches: list[dict[str, Any]]) -> dict[str, Any]:
-    """The Triton gather, scatter and gather-then-scatter round trip of each batch, in a child process
-    under ``TRITON_INTERPRET=1``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
-        torch.save(batches, src)
-        env = {**os.environ, "TRITON_INTERPRET": "1"}
-        proc = subprocess.run([sys.executable, __file__, str(src), str(dst)], env=env, check=False,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"interpreter run failed (seed {SEED}):\n{proc.stdout}\n{proc.stderr}"
-        return torch.load(dst)
-
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, Any]:
@@ -170,7 +156,7 @@ def interpreted() -> dict[str, Any]:
         gather = make_inputs(case, SEED + 2 * i)
         rows = skeleton_gather_reference(**gather).rows
         batches.append({"gather": gather, "scatter": make_scatter(case, rows, SEED + 2 * i + 1)})
-    return {"batches": batches, **run_interpreted(batches)}
+    return {"batches": batches, **run_in_interpreter(__file__, batches, SEED)}
 
 
 def test_kernels_ran_in_the_interpreter(interpreted: dict[str, Any]) -> None:

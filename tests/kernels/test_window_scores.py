@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import os
 import secrets
-import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from interpreter_child import run_in_interpreter
 
 from sglang_pask.kernels.window_scores import sum_kv_heads, window_scores_reference, window_scores_triton
 
@@ -94,23 +92,12 @@ def spans(kv_indptr: torch.Tensor) -> list[tuple[int, int]]:
     return list(pairwise(offsets))
 
 
-def run_interpreted(batches: list[dict[str, Any]]) -> dict[str, Any]:
-    """``window_scores_triton`` on each batch, in a child process under ``TRITON_INTERPRET=1``."""
-    with tempfile.TemporaryDirectory() as tmp:
-        src, dst = Path(tmp) / "inputs.pt", Path(tmp) / "outputs.pt"
-        torch.save(batches, src)
-        env = {**os.environ, "TRITON_INTERPRET": "1"}
-        proc = subprocess.run([sys.executable, __file__, str(src), str(dst)], env=env, check=False,
-                              capture_output=True, text=True, timeout=600)
-        assert proc.returncode == 0, f"interpreter run failed (seed {SEED}):\n{proc.stdout}\n{proc.stderr}"
-        return torch.load(dst)
-
 
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, Any]:
     """Inputs of every case and the interpreted Triton scores for them, from one child process."""
     inputs = [make_inputs(case, SEED + i) for i, case in enumerate(CASES)]
-    return {"inputs": inputs, **run_interpreted(inputs)}
+    return {"inputs": inputs, **run_in_interpreter(__file__, inputs, SEED)}
 
 
 def test_kernels_ran_in_the_interpreter(interpreted: dict[str, Any]) -> None:

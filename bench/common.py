@@ -1,0 +1,62 @@
+"""What every benchmark here shares: the commit a result came from, and timing helpers.
+
+Standard library only at import (torch is imported where a timing needs it), so the kernel
+benchmarks still run from a bare checkout on a machine without this package installed.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+
+def git_commit() -> str:
+    """HEAD of the checkout, with ``-dirty`` when tracked files differ; ``unknown`` outside git."""
+
+    def git(*cmd: str) -> str:
+        proc = subprocess.run(["git", *cmd], cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+        return proc.stdout.strip() if proc.returncode == 0 else ""
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def median_ms(fn: Callable[[], object], repeats: int, device: Any) -> float:
+    """Median wall time of ``fn`` in milliseconds over ``repeats`` calls, after one warm-up call
+    (which also compiles); CUDA work is synchronized around each call on a ``cuda`` device."""
+    import torch
+
+    def synchronize() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    fn()
+    synchronize()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        synchronize()
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
+def triton_refusal(device: Any, interpreted: bool, timed_instead: str) -> str | None:
+    """Why Triton kernels cannot be timed here (``None`` when they can); ``timed_instead`` names
+    what the benchmark times alone then, e.g. ``"the reference"``."""
+    if device.type != "cuda":
+        return (
+            "Triton not timed: no CUDA device. On a CPU Triton runs only in its interpreter "
+            f"(TRITON_INTERPRET=1), whose timings are meaningless; only {timed_instead} is timed."
+        )
+    if interpreted:
+        return "Triton not timed: TRITON_INTERPRET=1 is set, so the kernels would run in the interpreter."
+    return None
