@@ -112,13 +112,28 @@ def window_scores_reference(
     out = torch.zeros(num_kv_heads, kv_indices.shape[0], dtype=torch.float32, device=q.device)
     for b, (start, end) in enumerate(pairwise(offsets)):
         keys = k_buffer[kv_indices[start:end].long()].float()
-        out[:, start:end] = _sequence_scores(q[b].float(), keys, _default_scale(q, scale))
+        out[:, start:end] = sequence_window_scores(q[b].float(), keys, _default_scale(q, scale))
     return out
 
 
-def _sequence_scores(q: torch.Tensor, keys: torch.Tensor, scale: float) -> torch.Tensor:
-    """One sequence's ``(num_kv_heads, L)`` scores from ``q`` ``(window, num_q_heads, head_dim)`` and
-    ``keys`` ``(L, num_kv_heads, head_dim)``, both float32."""
+def sequence_window_scores(q: torch.Tensor, keys: torch.Tensor, scale: float) -> torch.Tensor:
+    """One sequence's window scores from keys already gathered, in plain torch.
+
+    Parameters
+    ----------
+    q : torch.Tensor
+        ``(window, num_q_heads, head_dim)``, float32: the sequence's last ``window`` queries, oldest
+        first (row ``i`` at position ``L - window + i``).
+    keys : torch.Tensor
+        ``(L, num_kv_heads, head_dim)``, float32: the keys the queries see, in position order.
+    scale : float
+        Logit scale.
+
+    Returns
+    -------
+    torch.Tensor
+        ``(num_kv_heads, L)`` float32, as one sequence's columns of ``window_scores_reference``.
+    """
     window, num_q_heads, head_dim = q.shape
     length, num_kv_heads, _ = keys.shape
     grouped = q.reshape(window, num_kv_heads, num_q_heads // num_kv_heads, head_dim)

@@ -18,8 +18,12 @@ from typing import Optional
 
 CONFIG_ENV = "SGLANG_PASK_CONFIG"
 
-# Policies are listed here only once they work end to end; later issues add their names.
-KV_POLICIES: tuple[str, ...] = ("full",)
+# Policies that work end to end inside the layer-group KV pool (the names of sglang_pask.policy's
+# registry; a test keeps the two in step without importing torch here).
+KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyramidkv")
+
+# Newest tokens every layer group always keeps (--kv-window default).
+DEFAULT_KV_WINDOW = 16
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
 
@@ -103,17 +107,22 @@ class PaskConfig:
         Total KV budget as a fraction of full KV, in (0, 1].
     kv_layer_groups : LayerGroupSpec
         How layers are grouped; each group keeps its own token set.
+    kv_window : int
+        The recent window: the newest tokens of a request that every layer group keeps.
     """
 
     kv_policy: str = "full"
     kv_budget: float = 1.0
     kv_layer_groups: LayerGroupSpec = field(default_factory=lambda: LayerGroupSpec(count=1))
+    kv_window: int = DEFAULT_KV_WINDOW
 
     def __post_init__(self) -> None:
         if self.kv_policy not in KV_POLICIES:
             raise ConfigError(f"--kv-policy: unknown policy {self.kv_policy!r}; choose from {', '.join(KV_POLICIES)}")
         if not (0.0 < self.kv_budget <= 1.0):
             raise ConfigError(f"--kv-budget: must be in (0, 1], got {self.kv_budget}")
+        if self.kv_window < 0:
+            raise ConfigError(f"--kv-window: must be a non-negative number of tokens, got {self.kv_window}")
 
     def to_dict(self) -> dict:
         """Plain JSON-serializable form (layer groups as their flag text)."""
@@ -124,13 +133,14 @@ class PaskConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "PaskConfig":
         """Inverse of :meth:`to_dict`; raises ConfigError on unknown keys or bad values."""
-        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups"}
+        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window"}
         if unknown:
             raise ConfigError(f"unknown sglang-pask config keys: {', '.join(sorted(unknown))}")
         return cls(
             kv_policy=str(data.get("kv_policy", "full")),
             kv_budget=float(data.get("kv_budget", 1.0)),
             kv_layer_groups=LayerGroupSpec.parse(str(data.get("kv_layer_groups", "1"))),
+            kv_window=int(data.get("kv_window", DEFAULT_KV_WINDOW)),
         )
 
     def publish(self) -> None:
@@ -156,6 +166,16 @@ def _budget(text: str) -> float:
         raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text!r}") from None
     if not (0.0 < value <= 1.0):
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _window(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of tokens, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be non-negative, got {value}")
     return value
 
 
@@ -189,8 +209,20 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="Layer groups: a number of equal contiguous groups, or inclusive layer ranges that cover "
         "all layers, e.g. 0-11,12-23 (default: 1).",
     )
+    group.add_argument(
+        "--kv-window",
+        type=_window,
+        default=DEFAULT_KV_WINDOW,
+        metavar="TOKENS",
+        help=f"Recent window: the newest tokens of a request every layer group keeps (default: {DEFAULT_KV_WINDOW}).",
+    )
 
 
 def from_namespace(args: argparse.Namespace) -> PaskConfig:
     """Build the config from parsed flags (see :func:`add_cli_args`)."""
-    return PaskConfig(kv_policy=args.kv_policy, kv_budget=args.kv_budget, kv_layer_groups=args.kv_layer_groups)
+    return PaskConfig(
+        kv_policy=args.kv_policy,
+        kv_budget=args.kv_budget,
+        kv_layer_groups=args.kv_layer_groups,
+        kv_window=args.kv_window,
+    )

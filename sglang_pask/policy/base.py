@@ -57,10 +57,14 @@ class KVPolicy(ABC):
         The registry name (set by :func:`~.registry.register_policy`).
     needs_scores : bool
         Whether :meth:`select` reads scores; when False the caller need not compute any.
+    scores_from_window : bool
+        Whether the scores passed to :meth:`accumulate_scores` come from the last ``window`` queries
+        (True, SnapKV) or from every query since the previous call (False, H2O).
     """
 
     name: ClassVar[str] = ""
     needs_scores: ClassVar[bool] = False
+    scores_from_window: ClassVar[bool] = True
 
     @property
     def reserved_tokens(self) -> int:

@@ -23,6 +23,7 @@ class H2OPolicy(RankingPolicy):
     """
 
     needs_scores: ClassVar[bool] = True
+    scores_from_window: ClassVar[bool] = False
 
     def accumulate_scores(self, previous: Tensor | None, new: Tensor) -> Tensor:
         """Sum: ``out[i] = previous[i] + new[i]`` for old candidates, ``new[i]`` for new ones.

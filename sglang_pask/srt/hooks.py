@@ -17,37 +17,60 @@ _OUTPUT_STREAMER_CLASS = "sglang.srt.managers.scheduler.Scheduler.get_output_str
 _TOKENIZER_MANAGER_INIT = "sglang.srt.managers.tokenizer_manager.TokenizerManager.__init__"
 _GENERATE_CONTRACT = "sglang.srt.entrypoints.api_contract.generate_contract_error"
 _UPDATE_META_INFO = "sglang.srt.managers.tokenizer_manager.TokenizerManager.update_request_meta_info"
+_CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
+_REQ_TO_TOKEN_POOL = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool"
+_INVARIANT_CHECKER = "sglang.srt.managers.scheduler_components.invariant_checker.SchedulerInvariantChecker"
+_TORCH_NATIVE_BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
 
 
 def register(config: PaskConfig) -> None:
     """Register every hook for ``config``; SGLang's load_plugins() applies them afterwards."""
+    from sglang_pask.srt import layer_group_runtime as groups
+    from sglang_pask.srt.kv_stats import KV_STATS_KEY, PaskOutputStreamer
+    from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend
     from sglang_pask.srt.role_grammar import RoleTrackingGrammarBackend
     from sglang_pask.srt.role_output import (
-        RoleReportingOutputStreamer,
+        ROLE_KEYS,
         contract_error_with_role_flag,
-        drop_absent_role_fields,
+        drop_absent_fields,
         sampling_params_with_role_flag,
     )
 
-    HookRegistry.register(_INTERNAL_STATE, _report_config(config), HookType.AFTER)
+    HookRegistry.register(_INTERNAL_STATE, _report_state(config), HookType.AFTER)
     # Structural roles (scheduler): every xgrammar grammar keeps a role track of its request.
     HookRegistry.register(_XGRAMMAR_BACKEND, RoleTrackingGrammarBackend, HookType.REPLACE)
-    HookRegistry.register(_OUTPUT_STREAMER_CLASS, lambda result, *a, **k: RoleReportingOutputStreamer, HookType.AFTER)
+    # Responses: kv_roles / kv_prompt_roles when asked, kv_stats always.
+    HookRegistry.register(_OUTPUT_STREAMER_CLASS, lambda result, *a, **k: PaskOutputStreamer, HookType.AFTER)
     # return_kv_roles (tokenizer manager): accept the sampling parameter, report only when asked.
     HookRegistry.register(_GENERATE_CONTRACT, contract_error_with_role_flag, HookType.AROUND)
     HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_role_flag(sampling_params_with_role_flag), HookType.AFTER)
-    HookRegistry.register(_UPDATE_META_INFO, drop_absent_role_fields, HookType.AROUND)
+    HookRegistry.register(_UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND)
+    # Layer-group KV pool (scheduler): pool, allocator, views, attention, leak check.
+    HookRegistry.register(_CONFIGURATOR + "._build_mha_kv_pool", groups.pool_builder(config), HookType.AROUND)
+    HookRegistry.register(_CONFIGURATOR + "._build_token_to_kv_pool_allocator", groups.build_allocator,
+                          HookType.AROUND)
+    HookRegistry.register(_CONFIGURATOR + ".configure", groups.virtual_capacity, HookType.AFTER)
+    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free", groups.release_request, HookType.AROUND)
+    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free_rows", groups.release_rows, HookType.AROUND)
+    HookRegistry.register(_INVARIANT_CHECKER + "._check_full_pool", groups.check_full_pool, HookType.AROUND)
+    HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
 
 
-def _report_config(config: PaskConfig):
+def _report_state(config: PaskConfig):
     """AFTER hook: the scheduler's internal state (``/server_info`` -> ``internal_states``) carries
-    the sglang-pask config as the scheduler process itself sees it, with that process's pid."""
+    the sglang-pask config as the scheduler process itself sees it, with that process's pid, and the
+    layer-group pool's usage (``kv_pool``: slots and bytes in use per group, full-KV equivalent)."""
+    from sglang_pask.srt.layer_group_runtime import active
 
-    def add_config(result: Any, *args: Any, **kwargs: Any) -> Any:
-        result.internal_state["sglang_pask"] = {**config.to_dict(), "pid": os.getpid()}
+    def add_state(result: Any, *args: Any, **kwargs: Any) -> Any:
+        state = {**config.to_dict(), "pid": os.getpid()}
+        pool = active()
+        if pool is not None and pool.allocator is not None:
+            state["kv_pool"] = pool.usage()
+        result.internal_state["sglang_pask"] = state
         return result
 
-    return add_config
+    return add_state
 
 
 def _accept_role_flag(factory):

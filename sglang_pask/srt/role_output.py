@@ -100,13 +100,24 @@ class RoleReportingOutputStreamer(SchedulerOutputStreamer):
         return key in ROLE_KEYS or super().is_request_level_customized_info_key(key)
 
 
-def drop_absent_role_fields(original: Any, manager: Any, meta_info: dict, state: Any, customized_info: dict,
-                            index: int, finish_reason: Any) -> None:
-    """AROUND hook of ``TokenizerManager.update_request_meta_info``: role fields that a request did not
-    ask for (None) never reach its ``meta_info``."""
-    kept = {
-        key: values
-        for key, values in customized_info.items()
-        if not (key in ROLE_KEYS and values[index] is None)
-    }
-    original(manager, meta_info, state, kept, index, finish_reason)
+def drop_absent_fields(keys: tuple[str, ...], objects: tuple[str, ...] = ()):
+    """An AROUND hook of ``TokenizerManager.update_request_meta_info`` for request-level fields.
+
+    The fields in ``keys`` that a request did not ask for or did not get (None) never reach its
+    ``meta_info``. SGLang accumulates each field as a list; the fields in ``objects`` are sent as a
+    one-element list ``[value]`` and reach ``meta_info`` as ``value``.
+    """
+
+    def drop(original: Any, manager: Any, meta_info: dict, state: Any, customized_info: dict, index: int,
+             finish_reason: Any) -> None:
+        kept = {
+            key: values
+            for key, values in customized_info.items()
+            if not (key in keys and values[index] is None)
+        }
+        original(manager, meta_info, state, kept, index, finish_reason)
+        for key in objects:
+            if isinstance(meta_info.get(key), list) and meta_info[key]:
+                meta_info[key] = meta_info[key][-1]
+
+    return drop

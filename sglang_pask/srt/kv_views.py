@@ -1,0 +1,237 @@
+"""Per-request views of the KV: which positions each layer group reads, and when to compress them.
+
+Pure torch (no sglang import); the attention backend (:mod:`.layer_group_attention`) drives it.
+
+A request's *view* in layer group ``g`` is a sorted list of sequence positions: ``kept`` (positions
+below ``upto`` that survived compression) followed by every position from ``upto`` on. Attention in
+the group's layers reads exactly these positions (filtered by what the pool still holds). Only
+*private* positions are candidates for dropping: those at or after ``shared_upto``, the length the
+request had when its last extend pass began (everything before came from, or was published to, the
+radix prefix cache, which other requests may share). Dropping a private position frees its slot in
+that group (``drop``); dropping never touches shared positions.
+
+When a request is compressed:
+
+* at the end of each extend (prefill) pass, in each group after the group's last layer: its fresh
+  tokens are candidates, compressed to ``capacity(b_g, n)`` right away (SnapKV after prefill), so
+  what the radix cache receives afterwards is already compressed;
+* during decode, once the private tokens a group holds exceed their capacity by ``slack`` (so the
+  policy runs every ``slack`` steps, not every step).
+
+Scores (for policies that need them) arrive per (layer, request) as the attention the step's queries
+pay to the view's positions, summed over heads and the group's layers. Windowed policies (SnapKV)
+score with the last ``window`` queries; others (H2O) with every query since the last call.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from sglang_pask.policy import KVPolicy, capacity
+from sglang_pask.structure import Role
+
+# A function that frees group ``g``'s slots of some positions of a request row: (row, group, positions).
+DropFn = Callable[[int, int, Tensor], None]
+
+
+@dataclass
+class GroupView:
+    """One request's view in one layer group.
+
+    Attributes
+    ----------
+    kept : Tensor or None
+        ``(k,)`` int64 sorted positions below :attr:`upto` still read; None means all of them.
+    upto : int
+        Every position from here on is read.
+    scores : Tensor or None
+        ``(m,)`` float32 running scores by position (``policy.accumulate_scores``).
+    recent : deque[tuple[int, Tensor]]
+        The latest steps' ``(num_queries, (len,) scores)``, covering the last ``window`` queries.
+    pending : Tensor or None
+        The current step's scores summed over the group's layers so far.
+    pending_queries : int
+        Queries in the current step.
+    """
+
+    kept: Optional[Tensor] = None
+    upto: int = 0
+    scores: Optional[Tensor] = None
+    recent: deque = field(default_factory=deque)
+    pending: Optional[Tensor] = None
+    pending_queries: int = 0
+
+    def positions(self, seq_len: int, device: torch.device) -> Tensor:
+        """``(k + seq_len - upto,)`` int64: the positions attention reads, ascending."""
+        tail = torch.arange(self.upto, seq_len, dtype=torch.int64, device=device)
+        if self.kept is None:
+            return torch.arange(0, seq_len, dtype=torch.int64, device=device)
+        return torch.cat((self.kept, tail))
+
+
+@dataclass
+class RequestView:
+    """A request's views in every layer group, and where its private tokens begin."""
+
+    groups: list[GroupView]
+    shared_upto: int
+    seq_len: int = 0
+
+
+def _add_padded(a: Optional[Tensor], b: Tensor) -> Tensor:
+    """``a + b`` for position-indexed vectors of possibly different lengths (missing entries are 0)."""
+    if a is None:
+        return b.clone()
+    if a.numel() < b.numel():
+        a, b = b.clone(), a
+    a[: b.numel()] += b
+    return a
+
+
+class KVViewTable:
+    """The views of every running request, by request-pool row, and their compression.
+
+    Parameters
+    ----------
+    policy : KVPolicy
+        Decides what a group keeps.
+    group_budgets : list[float]
+        ``(num_groups,)`` budget of each group (:func:`~sglang_pask.policy.plan_group_budgets`).
+    window : int
+        Newest positions every group keeps; also the number of queries windowed scores use.
+    drop : DropFn
+        Frees a group's slots of a row's positions.
+    slack : int
+        During decode, compress once a group's private tokens exceed capacity by this many.
+    """
+
+    def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn, slack: int = 8,
+                 device: torch.device | str = "cpu"):
+        self.device = torch.device(device)
+        self.policy = policy
+        self.group_budgets = list(group_budgets)
+        self.window = window
+        self.drop = drop
+        self.slack = slack
+        self.views: dict[int, RequestView] = {}
+        self.compresses = any(b < 1.0 for b in self.group_budgets)
+
+    @property
+    def needs_scores(self) -> bool:
+        """Whether the backend must compute attention scores for the policy."""
+        return self.compresses and self.policy.needs_scores
+
+    def score_queries(self, extend_len: int) -> int:
+        """How many of an extend pass's newest queries score the keys."""
+        return min(extend_len, self.window) if self.policy.scores_from_window else extend_len
+
+    def view(self, row: int, prefix_len: int) -> RequestView:
+        """The row's view, created for a new request whose first ``prefix_len`` tokens are shared."""
+        found = self.views.get(row)
+        if found is None:
+            found = RequestView([GroupView() for _ in self.group_budgets], shared_upto=prefix_len)
+            self.views[row] = found
+        return found
+
+    def release(self, row: int) -> Optional[RequestView]:
+        """Forget a row (its request left the pool); returns its last view, if any."""
+        return self.views.pop(row, None)
+
+    def add_scores(self, row: int, group: int, positions: Tensor, scores: Tensor, num_queries: int) -> None:
+        """Add one layer's scores to the current step of ``(row, group)``.
+
+        Parameters
+        ----------
+        positions : Tensor
+            ``(k,)`` int64 positions the layer read.
+        scores : Tensor
+            ``(k,)`` float32 attention the step's queries paid to them, summed over heads.
+        num_queries : int
+            Queries behind ``scores``.
+        """
+        view = self.views[row].groups[group]
+        length = int(positions[-1]) + 1 if positions.numel() else 0
+        dense = torch.zeros(length, dtype=torch.float32, device=scores.device)
+        dense.index_add_(0, positions, scores.float())
+        view.pending = _add_padded(view.pending, dense)
+        view.pending_queries = num_queries
+
+    def finish_group(self, row: int, group: int, seq_len: int, is_extend: bool,
+                     req_roles: Optional[Callable[[Tensor], Tensor]] = None) -> None:
+        """The group's last layer ran for this step: fold in its scores and compress if due.
+
+        Parameters
+        ----------
+        row : int
+            Request-pool row.
+        group : int
+            Layer group.
+        seq_len : int
+            The request's length after this step.
+        is_extend : bool
+            Whether the step was an extend (prefill) pass.
+        req_roles : callable, optional
+            Roles of positions (``(n,)`` int64 -> ``(n,)`` int64); free text when omitted.
+        """
+        request = self.views[row]
+        view = request.groups[group]
+        self._fold_scores(view)
+        if not self.compresses:
+            return
+        budget = self.group_budgets[group]
+        private = seq_len - request.shared_upto
+        cap = capacity(budget, private, self.window, self.policy.reserved_tokens)
+        held = view.positions(seq_len, self.device)
+        candidates = held[held >= request.shared_upto]
+        if candidates.numel() <= cap + (0 if is_extend else self.slack):
+            return
+        roles = (
+            req_roles(candidates)
+            if req_roles is not None
+            else torch.full_like(candidates, int(Role.FREE_TEXT))
+        )
+        scores = None
+        if self.policy.needs_scores:
+            scores = torch.zeros(candidates.numel(), dtype=torch.float32, device=self.device)
+            known = view.scores if view.scores is not None else torch.zeros(0, device=self.device)
+            inside = candidates < known.numel()
+            scores[inside] = known[candidates[inside]]
+        decision = self.policy.select(candidates, roles, scores, cap, self.window, seq_len)
+        if decision.evict.numel():
+            self.drop(row, group, candidates[decision.evict])
+        kept = torch.cat((held[held < request.shared_upto], candidates[decision.keep]))
+        view.kept, view.upto = kept, seq_len
+
+    def finish_step(self, row: int, seq_len: int, is_extend: bool) -> None:
+        """Every group ran: after an extend, everything so far counts as shared (the radix cache
+        publishes it)."""
+        request = self.views[row]
+        request.seq_len = seq_len
+        if is_extend:
+            request.shared_upto = seq_len
+
+    def _fold_scores(self, view: GroupView) -> None:
+        if view.pending is None:
+            return
+        step, queries = view.pending, view.pending_queries
+        view.pending, view.pending_queries = None, 0
+        if self.policy.scores_from_window:
+            view.recent.append((queries, step))
+            while len(view.recent) > 1 and sum(q for q, _ in view.recent) - view.recent[0][0] >= self.window:
+                view.recent.popleft()
+            new: Optional[Tensor] = None
+            for _, scores in view.recent:
+                new = _add_padded(new, scores)
+            assert new is not None
+        else:
+            new = step
+        previous = view.scores
+        if previous is not None and previous.numel() > new.numel():
+            new = _add_padded(new, torch.zeros(previous.numel(), device=self.device))
+        view.scores = self.policy.accumulate_scores(previous, new)

@@ -1,0 +1,203 @@
+"""Wiring of the layer-group KV pool into SGLang's scheduler process.
+
+Hooks (registered by :mod:`.hooks`):
+
+* ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): SGLang builds its MHA pool as usual, of our
+  class :class:`~.layer_group_pool.LayerGroupMHAKVPool`, which gets the layer-group layout.
+* ``KVCacheConfigurator._build_token_to_kv_pool_allocator`` (AROUND): a
+  :class:`~.layer_group_pool.LayerGroupAllocator` over ``V`` virtual ids and the request views
+  (:class:`~.kv_views.KVViewTable`) with the policy and its group budgets.
+* ``KVCacheConfigurator.configure`` (AFTER): the scheduler's token capacity becomes ``V``.
+* ``ReqToTokenPool.free`` / ``free_rows`` (AROUND): a request leaving the pool leaves the views;
+  its final KV statistics go on the request (``req.pask_kv_stats``) for its response.
+* ``InvariantChecker._check_full_pool`` (AROUND): the idle leak check counts virtual ids and checks
+  every group's slot conservation.
+
+One scheduler process holds one pool: :func:`active` returns it (for ``/server_info``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import msgspec
+import torch
+from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+
+from sglang_pask.config import PaskConfig
+from sglang_pask.policy import KVPolicy, get_policy, plan_group_budgets
+from sglang_pask.srt.kv_views import KVViewTable, RequestView
+from sglang_pask.srt.layer_group_pool import (
+    LayerGroupAllocator,
+    LayerGroupLayout,
+    LayerGroupMHAKVPool,
+    virtual_slot_count,
+)
+
+STATS_ATTRIBUTE = "pask_kv_stats"
+
+
+@dataclass
+class ActivePool:
+    """The scheduler process's layer-group pool, allocator, views and configuration."""
+
+    config: PaskConfig
+    policy: KVPolicy
+    budgets: list[float]
+    pool: LayerGroupMHAKVPool
+    allocator: Optional[LayerGroupAllocator] = None
+    views: Optional[KVViewTable] = None
+
+    def kept_tokens(self, row: int, request: RequestView, req_to_token: torch.Tensor) -> list[int]:
+        """``(num_groups,)``: the positions each group read for the request at its last step that the
+        pool still holds (a shared prefix may lack tokens that an earlier request dropped)."""
+        counts = []
+        for group, view in enumerate(request.groups):
+            positions = view.positions(request.seq_len, req_to_token.device)
+            counts.append(int((self.pool.physical(group, req_to_token[row, positions]) > 0).sum()))
+        return counts
+
+    def usage(self) -> dict[str, Any]:
+        """Pool usage now: per group slots and bytes in use, and the full-KV equivalent."""
+        assert self.allocator is not None
+        layout = self.pool.layout
+        groups = []
+        for g, layers in enumerate(layout.ranges):
+            used = self.allocator.group_used_slots(g)
+            groups.append({
+                "layers": f"{layers[0]}-{layers[-1]}",
+                "budget": self.budgets[g],
+                "slots_in_use": used,
+                "slots": layout.physical_slots,
+                "bytes_in_use": used * self.pool.bytes_per_slot(g),
+                "bytes": layout.physical_slots * self.pool.bytes_per_slot(g),
+            })
+        tokens = layout.virtual_slots - self.allocator.virtual_available_size()
+        full_bytes_per_token = sum(self.pool.bytes_per_slot(g) for g in range(layout.num_groups))
+        return {
+            "groups": groups,
+            "tokens_in_use": tokens,
+            "virtual_slots": layout.virtual_slots,
+            "bytes_in_use": sum(group["bytes_in_use"] for group in groups),
+            "full_equivalent_bytes": tokens * full_bytes_per_token,
+        }
+
+
+_ACTIVE: Optional[ActivePool] = None
+
+
+def active() -> Optional[ActivePool]:
+    """This process's layer-group pool, once SGLang built it."""
+    return _ACTIVE
+
+
+def pool_builder(config: PaskConfig):
+    """AROUND hook of ``KVCacheConfigurator._build_mha_kv_pool``: build our pool class."""
+
+    def build(original: Any, configurator: Any, *, max_total_num_tokens: int, mha_pool_class: type,
+              quant_method: Any = None) -> Any:
+        global _ACTIVE
+        if configurator.is_draft_worker:
+            return original(configurator, max_total_num_tokens=max_total_num_tokens,
+                            mha_pool_class=mha_pool_class, quant_method=quant_method)
+        if mha_pool_class is not MHATokenToKVPool or quant_method is not None:
+            raise RuntimeError(
+                f"sglang-pask layer groups need SGLang's plain MHA KV pool, but this server would use "
+                f"{mha_pool_class.__name__}{' with a quantized KV cache' if quant_method is not None else ''}"
+            )
+        pool = original(configurator, max_total_num_tokens=max_total_num_tokens,
+                        mha_pool_class=LayerGroupMHAKVPool, quant_method=None)
+        if pool.start_layer != 0:
+            raise RuntimeError("sglang-pask layer groups do not support pipeline parallelism (the pool starts "
+                               f"at layer {pool.start_layer})")
+        ranges = config.kv_layer_groups.resolve(pool.layer_num)
+        policy = get_policy(config.kv_policy)
+        budgets = plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window,
+                                     configurator.model_config.context_len)
+        pool.attach_layout(LayerGroupLayout(
+            ranges=tuple(ranges),
+            physical_slots=pool.size,
+            virtual_slots=virtual_slot_count(pool.size, max(budgets)),
+        ))
+        _ACTIVE = ActivePool(config=config, policy=policy, budgets=budgets, pool=pool)
+        return pool
+
+    return build
+
+
+def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv_pool: Any, is_dsv4_model: bool,
+                    req_to_token_pool: Any, token_to_kv_pool_allocator: Any) -> Any:
+    """AROUND hook of ``KVCacheConfigurator._build_token_to_kv_pool_allocator``."""
+    state = _ACTIVE
+    if state is None or token_to_kv_pool is not state.pool:
+        return original(configurator, sizes=sizes, token_to_kv_pool=token_to_kv_pool, is_dsv4_model=is_dsv4_model,
+                        req_to_token_pool=req_to_token_pool, token_to_kv_pool_allocator=token_to_kv_pool_allocator)
+    if state.pool.page_size != 1:
+        raise RuntimeError(f"sglang-pask layer groups need --page-size 1, got {state.pool.page_size}")
+    allocator = LayerGroupAllocator(state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False)
+    req_to_token = req_to_token_pool.req_to_token
+
+    def drop(row: int, group: int, positions: torch.Tensor) -> None:
+        allocator.drop(group, req_to_token[row, positions])
+
+    state.allocator = allocator
+    state.views = KVViewTable(state.policy, state.budgets, state.config.kv_window, drop, device=req_to_token.device)
+    state.pool.views = state.views
+    return allocator
+
+
+def virtual_capacity(result: Any, *args: Any, **kwargs: Any) -> Any:
+    """AFTER hook of ``KVCacheConfigurator.configure``: the scheduler hands out ``V`` token ids."""
+    state = _ACTIVE
+    if state is None or result.token_to_kv_pool is not state.pool:
+        return result
+    return msgspec.structs.replace(result, max_total_num_tokens=state.pool.layout.virtual_slots)
+
+
+def release_request(original: Any, req_pool: Any, req: Any) -> Any:
+    """AROUND hook of ``ReqToTokenPool.free``: keep the request's final KV statistics, drop its views."""
+    state = _ACTIVE
+    row = int(req.kv.req_pool_idx)
+    request = state.views.views.get(row) if state is not None and state.views is not None else None
+    kept = state.kept_tokens(row, request, req_pool.req_to_token) if request is not None else None
+    result = original(req_pool, req)  # frees the row through free_rows, which drops the views
+    if state is not None and state.views is not None:
+        state.views.release(row)
+        if request is not None:
+            setattr(req, STATS_ATTRIBUTE, {
+                "full_tokens": request.seq_len,
+                "kept_tokens": kept,
+                "budget": state.config.kv_budget,
+                "group_budgets": state.budgets,
+                "policy": state.config.kv_policy,
+            })
+    return result
+
+
+def release_rows(original: Any, req_pool: Any, indices: Any) -> Any:
+    """AROUND hook of ``ReqToTokenPool.free_rows``: rows freed without a request leave the views."""
+    result = original(req_pool, indices)
+    state = _ACTIVE
+    if state is not None and state.views is not None:
+        for row in (indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)):
+            state.views.release(int(row))
+    return result
+
+
+def check_full_pool(original: Any, checker: Any, pool_stats: Any, uncached: int = 0) -> tuple[bool, str]:
+    """AROUND hook of the scheduler's idle leak check: virtual ids, then every group's slots."""
+    allocator = checker.token_to_kv_pool_allocator
+    if not isinstance(allocator, LayerGroupAllocator):
+        return original(checker, pool_stats, uncached)
+    leak, message = checker._check_pool_invariant(
+        "full (virtual ids)",
+        allocator.virtual_available_size(),
+        pool_stats.full_evictable_size,
+        checker.tree_cache.protected_size(),
+        checker.pool_stats_observer.session_held_tokens(),
+        checker.max_total_num_tokens,
+        uncached,
+    )
+    problems = allocator.check_slots()
+    return leak or bool(problems), "; ".join([message, *problems])
