@@ -12,8 +12,14 @@ and without role captures) one token sequence runs through three loops, alternat
 ``added`` is the tagging cost over xgrammar's: ``tag / xgr`` (for capture tracks ``(both - xgr) /
 xgr``). ``warm`` is the steady state (the grammar's memo already holds the sequence's transitions,
 as for every request after the first with that grammar); ``cold`` uses a fresh role grammar per
-round (the first request of a grammar; in BFCL every item has its own regex). Compile times of the
-role grammar and of xgrammar's grammar are reported per request.
+round (the first request of a grammar; in BFCL every item has its own regex). Process-wide state is
+warm in ``cold`` rounds: the interpreter, and the call-syntax memo that all call grammars share.
+
+Compile time is not in the per-token figures of either side, so it is reported next to them, measured
+the same way for both: fastest of ``--compile-repeats`` compiles of the grammar (xgrammar's compiler
+cache cleared before each). ``role compile`` is everything :meth:`RoleGrammar.compile` does,
+including the tables it builds up front (a JSON schema's navigation tables). ``1st req`` is the whole
+first request of a grammar: ``(role compile + n * tag cold) / (xgr compile + n * xgr)``.
 
 ``--bfcl N`` adds a sweep over the first N items of a BFCL category as the BFCL harness sends them
 (its EBNF, the item's function docs, the reference answer as output): every item is a new grammar, so
@@ -21,7 +27,10 @@ every item is tagged cold, once, as in a real BFCL run.
 
 Usage::
 
-    python bench/role_tagging.py [--tokenizer toy|default|PATH] [--repeats 30] [--bfcl N] [--json OUT]
+    python bench/role_tagging.py [--tokenizer toy|default|PATH] [--repeats 30] [--compile-repeats 5]
+                                 [--bfcl N] [--json OUT]
+
+The output starts with the command, the date, the machine and the git commit measured.
 
 ``default`` is the project's default model tokenizer (Qwen2.5-Coder, 151k tokens) when it has been
 prepared; ``toy`` a 4096-token BPE trained on the Python standard library.
@@ -30,10 +39,14 @@ prepared; ``toy`` a 4096-token BPE trained on the Python standard library.
 from __future__ import annotations
 
 import argparse
+import datetime
 import gc
 import json
+import os
 import platform
 import re
+import shlex
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -162,17 +175,31 @@ def _compile_xgr(compiler: Any, kind: str, key: str) -> Any:
     return compiler.compile_grammar(key)
 
 
+def _timed_xgr_compile(compiler: Any, kind: str, key: str, rounds: int) -> tuple[Any, int]:
+    """xgrammar's compiled grammar and its fastest compile time in ns over ``rounds`` uncached compiles."""
+    best = None
+    for _ in range(rounds):
+        compiler.clear_cache()
+        start = time.perf_counter_ns()
+        compiled = _compile_xgr(compiler, kind, key)
+        elapsed = time.perf_counter_ns() - start
+        best = elapsed if best is None else min(best, elapsed)
+    assert best is not None, "rounds must be at least 1"
+    return compiled, best
+
+
 class _Case:
     """One grammar and one accepted token sequence, with the three timed loops."""
 
-    def __init__(self, kind: str, key: str, ids: list[int], functions: Any, vocab: TokenVocab, compiler: Any):
+    def __init__(
+        self, kind: str, key: str, ids: list[int], functions: Any, vocab: TokenVocab, compiler: Any, compile_rounds: int
+    ):
         import xgrammar
 
         self.xgrammar = xgrammar
         self.kind, self.key, self.ids, self.functions, self.vocab = kind, key, ids, functions, vocab
-        start = time.perf_counter_ns()
-        self.compiled = _compile_xgr(compiler, kind, key)
-        self.xgr_compile_ns = time.perf_counter_ns() - start
+        self.compile_rounds = compile_rounds
+        self.compiled, self.xgr_compile_ns = _timed_xgr_compile(compiler, kind, key, compile_rounds)
         self.bitmask = xgrammar.allocate_token_bitmask(1, len(vocab))
         self.compile_ns: list[int] = []
 
@@ -182,6 +209,11 @@ class _Case:
         grammar = RoleGrammar.compile(self.kind, self.key, self.vocab, functions=self.functions)
         self.compile_ns.append(time.perf_counter_ns() - start)
         return grammar
+
+    @property
+    def role_compile_ns(self) -> int:
+        """Fastest of the first ``compile_rounds`` role-grammar compiles (as many as xgrammar's)."""
+        return min(self.compile_ns[: self.compile_rounds])
 
     def run_xgr(self) -> int:
         m = self.xgrammar.GrammarMatcher(self.compiled)
@@ -213,10 +245,14 @@ class _Case:
         return time.perf_counter_ns() - start
 
 
-def bench_case(name: str, tok: Any, vocab: TokenVocab, compiler: Any, repeats: int) -> dict[str, Any]:
-    """Time one case; per-token times in microseconds."""
+def bench_case(
+    name: str, tok: Any, vocab: TokenVocab, compiler: Any, repeats: int, compile_rounds: int
+) -> dict[str, Any]:
+    """Time one case; per-token times in microseconds, compile times in milliseconds."""
     kind, key, text, functions = CASES[name]
-    case = _Case(kind, key, tok.encode(text, add_special_tokens=False), functions, vocab, compiler)
+    case = _Case(kind, key, tok.encode(text, add_special_tokens=False), functions, vocab, compiler, compile_rounds)
+    for _ in range(compile_rounds - 1):
+        case.fresh()
     grammar = case.fresh()
     captures = bool(grammar.captures)
     case.run_both(grammar)  # warm the memo and the caches
@@ -240,6 +276,8 @@ def bench_case(name: str, tok: Any, vocab: TokenVocab, compiler: Any, repeats: i
     else:
         us["tag"] = min(tag) / n / 1e3
         us["tag_cold"] = min(tag_cold) / n / 1e3
+    role_compile_us = case.role_compile_ns / 1e3
+    xgr_compile_us = case.xgr_compile_ns / 1e3
     return {
         "case": name,
         "kind": kind,
@@ -250,12 +288,15 @@ def bench_case(name: str, tok: Any, vocab: TokenVocab, compiler: Any, repeats: i
         "tag_cold_us_per_token": us["tag_cold"],
         "added_warm": us["tag"] / us["xgr"],
         "added_cold": us["tag_cold"] / us["xgr"],
-        "role_compile_ms": min(case.compile_ns) / 1e6,
-        "xgr_compile_ms": case.xgr_compile_ns / 1e6,
+        "role_compile_ms": role_compile_us / 1e3,
+        "xgr_compile_ms": xgr_compile_us / 1e3,
+        "added_first_request": (role_compile_us + n * us["tag_cold"]) / (xgr_compile_us + n * us["xgr"]),
     }
 
 
-def bench_bfcl(tok: Any, vocab: TokenVocab, compiler: Any, n_items: int, category: str, repeats: int) -> dict[str, Any]:
+def bench_bfcl(
+    tok: Any, vocab: TokenVocab, compiler: Any, n_items: int, category: str, repeats: int, compile_rounds: int
+) -> dict[str, Any]:
     """BFCL items in order, each a new grammar (the harness's EBNF) with the item's function docs.
 
     The reference answer (first allowed value of each parameter) stands in for the model's output.
@@ -272,7 +313,7 @@ def bench_bfcl(tok: Any, vocab: TokenVocab, compiler: Any, n_items: int, categor
     items = load_category(category)[:n_items]
     for item in items:
         case = _Case("ebnf", item_ebnf(item), tok.encode(oracle_answer(item), add_special_tokens=False),
-                     item.functions, vocab, compiler)  # fmt: skip
+                     item.functions, vocab, compiler, compile_rounds)  # fmt: skip
         first: list[int] = []
         _timed(lambda c=case: c.run_tag(c.fresh()), first)
         xgr: list[int] = []
@@ -284,7 +325,7 @@ def bench_bfcl(tok: Any, vocab: TokenVocab, compiler: Any, n_items: int, categor
         first_ns += first[0]
         fresh_ns += min(fresh)
         tokens += len(case.ids)
-        role_compile_ns += min(case.compile_ns)
+        role_compile_ns += case.role_compile_ns
         xgr_compile_ns += case.xgr_compile_ns
     return {
         "case": f"bfcl_{category}_sweep",
@@ -301,10 +342,37 @@ def bench_bfcl(tok: Any, vocab: TokenVocab, compiler: Any, n_items: int, categor
     }
 
 
+def run_header(argv: list[str]) -> dict[str, str]:
+    """Command, date, machine, versions and git commit of this run."""
+    from importlib.metadata import version
+
+    root = Path(__file__).resolve().parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], check=False, cwd=root, capture_output=True, text=True).stdout.strip()
+
+    cpuinfo = Path("/proc/cpuinfo")
+    models = re.findall(r"model name\s*:\s*(.+)", cpuinfo.read_text()) if cpuinfo.exists() else []
+    cpu = models[0] if models else (platform.processor() or "unknown CPU")
+    commit = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    if git("status", "--porcelain", "--", "sglang_pask/structure", "bench/role_tagging.py"):
+        commit += " plus uncommitted changes to sglang_pask/structure or this bench"
+    return {
+        "command": shlex.join(["python", "bench/role_tagging.py", *argv]),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ"),
+        "machine": f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} CPUs",
+        "versions": f"python {platform.python_version()}, xgrammar {version('xgrammar')}",
+        "commit": commit,
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokenizer", default="toy", help="toy | default | path of a Hugging Face tokenizer")
     parser.add_argument("--repeats", type=int, default=30, help="rounds per loop (the fastest is kept)")
+    parser.add_argument(
+        "--compile-repeats", type=int, default=5, help="compiles per grammar and side (the fastest is kept)"
+    )
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
     parser.add_argument(
         "--bfcl",
@@ -316,30 +384,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bfcl-category", default="simple_python")
     parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
     args = parser.parse_args(argv)
+    header = run_header(sys.argv[1:] if argv is None else argv)
+    for key, value in header.items():
+        print(f"{key}: {value}")
 
     import xgrammar
 
     tok, tok_name = load_tokenizer(args.tokenizer)
+    start = time.perf_counter_ns()
     info = xgrammar.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
+    info_ms = (time.perf_counter_ns() - start) / 1e6
+    start = time.perf_counter_ns()
     vocab = TokenVocab.from_xgrammar(info, extra_special_ids=tok.all_special_ids)
+    vocab_ms = (time.perf_counter_ns() - start) / 1e6
     compiler = xgrammar.GrammarCompiler(info, max_threads=1)
-    rows = [bench_case(name, tok, vocab, compiler, args.repeats) for name in args.cases]
+    rounds = args.compile_repeats
+    rows = [bench_case(name, tok, vocab, compiler, args.repeats, rounds) for name in args.cases]
 
     print(f"tokenizer: {tok_name} ({info.vocab_size} tokens); {args.repeats} rounds, fastest kept")
+    print(f"tokenizer tables, once per process: xgrammar TokenizerInfo {info_ms:.0f} ms, TokenVocab {vocab_ms:.0f} ms")
+    print(f"compile: fastest of {rounds} per grammar and side (xgrammar's cache cleared before each)")
     head = f"{'case':<20} {'tok':>4} {'xgr us/tok':>11} {'tag warm':>9} {'added':>7} {'tag cold':>9} {'added':>7}"
-    head += f" {'role compile ms':>16} {'xgr compile ms':>15}"
+    head += f" {'role compile ms':>16} {'xgr compile ms':>15} {'1st req':>8}"
     print(head)
     print("-" * len(head))
     for r in rows:
         print(
             f"{r['case']:<20} {r['tokens']:>4} {r['xgr_us_per_token']:>11.2f} {r['tag_warm_us_per_token']:>9.2f}"
             f" {r['added_warm']:>7.1%} {r['tag_cold_us_per_token']:>9.2f} {r['added_cold']:>7.1%}"
-            f" {r['role_compile_ms']:>16.3f} {r['xgr_compile_ms']:>15.3f}"
+            f" {r['role_compile_ms']:>16.3f} {r['xgr_compile_ms']:>15.3f} {r['added_first_request']:>8.1%}"
         )
     print("added = tagging / xgrammar (fill_next_token_bitmask + accept_token); capture rows: (both - xgr) / xgr")
+    print("1st req = (role compile + tokens * tag cold) / (xgr compile + tokens * xgr)")
     sweep = None
     if args.bfcl:
-        sweep = bench_bfcl(tok, vocab, compiler, args.bfcl, args.bfcl_category, args.repeats)
+        sweep = bench_bfcl(tok, vocab, compiler, args.bfcl, args.bfcl_category, args.repeats, rounds)
         print(
             f"\n{sweep['case']}: {sweep['items']} items, {sweep['tokens']} tokens, every item a new grammar\n"
             f"  xgr {sweep['xgr_us_per_token']:.2f} us/token; tagging: first pass"
@@ -350,11 +429,13 @@ def main(argv: list[str] | None = None) -> None:
         )
     if args.json:
         meta = {
+            **header,
             "tokenizer": tok_name,
             "vocab_size": info.vocab_size,
             "repeats": args.repeats,
-            "python": platform.python_version(),
-            "machine": platform.machine(),
+            "compile_repeats": rounds,
+            "tokenizer_info_ms": info_ms,
+            "token_vocab_ms": vocab_ms,
         }
         out = {"meta": meta, "rows": rows, "bfcl_sweep": sweep}
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")

@@ -56,7 +56,8 @@ _NAME_LIMIT = 128
 #   vrole  role forced on the value being read (ARG_KEY for dict keys; -1: by type)
 #   buf    True/False/None prefix of a word in value position; the quote byte (int) in a string
 #   pend   bases of earlier tokens of an open key or word (see scan.py)
-SyntaxResult = tuple[int, int, "Revision | None", tuple]
+#: (state id, role, revision, events, mode of the new state)
+SyntaxResult = tuple[int, int, "Revision | None", tuple, int]
 
 
 class CallSyntax:
@@ -75,16 +76,13 @@ class CallSyntax:
             self._states.append(state)
         return sid
 
-    def mode(self, state_id: int) -> int:
-        return self._states[state_id][0]
-
     def result(self, state_id: int, data: bytes) -> SyntaxResult:
-        """(state id, role, revision, events) after ``data`` from ``state_id`` (memoised)."""
+        """(state id, role, revision, events, mode) after ``data`` from ``state_id`` (memoised)."""
         key = (state_id, data)
         got = self.memo.get(key)
         if got is None:
             state, role, revision, events = self.step(self._states[state_id], data)
-            got = (self._intern(state), role, revision, events)
+            got = (self._intern(state), role, revision, events, state[0])
             if len(self.memo) >= _MEMO_LIMIT:
                 self.memo.clear()
             self.memo[key] = got
@@ -313,7 +311,7 @@ class CallRoleMachine:
         """Walk one token's bytes from ``state``; return the new state, its role and a revision."""
         syn, funcs, name, enum = state
         enum_before = enum
-        syn, role, revision, events = self._syntax.result(syn, data)
+        syn, role, revision, events, mode = self._syntax.result(syn, data)
         key_required = False  # a keyword argument that closed in this token is required
         enum_value = False  # value bytes of an enum argument are in this token
         for ev in events:
@@ -338,7 +336,6 @@ class CallRoleMachine:
                 name, enum = None, False
             else:  # EV_CLOSE
                 funcs, enum = funcs[:-1], False
-        mode = self._syntax.mode(syn)
         if name is not None:  # still typing a name: keep it only while it can match a spec
             func = funcs[-1] if funcs else -1
             known = self._name_prefixes if mode == _FNAME else (self._params[func] if func >= 0 else ())

@@ -43,8 +43,8 @@ _STRING, _NUMBER, _BOOL, _NULL, _ENUM = (
 )
 
 # A frame is (kind, cands, envelope, key, index): kind b"o" (object) or b"a" (array); key is the last
-# completed key of an object (None while unknown); index counts array elements up to the schema's
-# prefixItems length.
+# completed key of an object if the schema lists it (else None); index counts array elements up to the
+# schema's prefixItems length.
 Frame = tuple
 # The state is (mode, frames, vcands, vrole, buf, pend):
 #   vcands  alternatives of the value being read (or of the object whose key is being read)
@@ -115,8 +115,8 @@ class JsonRoleMachine:
         if mode == _STR and buf is None and 0x22 not in data and 0x5C not in data:  # inside a string
             return state, (vrole if vrole >= 0 else _STRING), None
         scan = Scan(pend)
-        core, _ = self.walk(state[:5], data, 0, scan, stop_at_done=False)
-        role, pend = scan.finish(span_open=self.span_open(core))
+        core, _ = self.walk((mode, frames, vcands, vrole, buf), data, 0, scan, False)
+        role, pend = scan.finish(core[0] == _KEY and core[4] is not None)  # span_open(core), inlined
         return core + (pend,), role, scan.revision
 
     @staticmethod
@@ -188,7 +188,8 @@ class JsonRoleMachine:
                 if b == 0x22:  # key complete
                     scan.resolve(self._key_role(top, buf, final=True))
                     scan.add(_BND)
-                    frames = frames[:-1] + ((top[0], top[1], top[2], buf, top[4]),)
+                    key = buf if buf is not None and buf in self.schema.keys(top[1])[0] else None
+                    frames = frames[:-1] + ((top[0], top[1], top[2], key, top[4]),)
                     mode, buf = _COLON, None
                     continue
                 if b == 0x5C:

@@ -3,8 +3,14 @@
 Only what roles need is read: ``properties``, ``required``, ``additionalProperties``, ``items`` /
 ``prefixItems``, ``enum`` / ``const``, ``$ref`` (local pointers), ``allOf`` (merged), ``anyOf`` /
 ``oneOf`` (kept as alternatives, narrowed by enum values seen in the output). Types and numeric or
-string constraints do not change roles, so they are ignored. Nodes are built lazily, which also makes
-recursive schemas (``$ref`` cycles) work.
+string constraints do not change roles, so they are ignored.
+
+The navigation tables (alternatives under each key and array index, key and enum prefix sets,
+narrowing by enum values) are built when the schema is compiled, for every candidate set reachable
+from the root, like xgrammar's per-grammar tables: tagging a request then only looks them up. Nodes
+are created on first reach (keyed by the schema object), which makes recursive schemas (``$ref``
+cycles) finite. A schema with more than :data:`TABLE_LIMIT` reachable candidate sets keeps the rest
+for first use.
 
 A *candidate set* is a tuple of node ids: the alternatives a value may still match. Node 0 is the
 unconstrained schema.
@@ -20,6 +26,15 @@ Cands = tuple[int, ...]
 ANY: Cands = (0,)
 #: (known keys, required keys, prefixes of known keys, prefixes of required keys)
 KeySets = tuple[frozenset[bytes], frozenset[bytes], frozenset[bytes], frozenset[bytes]]
+#: How an object's alternatives narrow when a string value under one key completes: the
+#: alternatives kept per enum member, and those kept for any other value.
+Narrowing = tuple[dict[bytes, Cands], Cands]
+#: (every alternative is a function-call envelope, every alternative is an enum, length of the
+#: longest ``prefixItems``)
+Flags = tuple[bool, bool, int]
+
+#: Candidate sets whose tables are built at compile time (the rest on first use).
+TABLE_LIMIT = 1024
 
 #: Keys whose object is a function-call envelope: the value of ``name`` is the function name and the
 #: keys inside ``parameters`` / ``arguments`` are the call's argument keys.
@@ -54,7 +69,7 @@ def _enum_bytes(value: str) -> set[bytes]:
 
 
 class Schema:
-    """A JSON schema compiled on demand into :class:`Node` alternatives.
+    """A JSON schema compiled into :class:`Node` alternatives and navigation tables.
 
     Parameters
     ----------
@@ -64,7 +79,7 @@ class Schema:
     Raises
     ------
     ValueError
-        If the schema (or a part reached later) is not an object/boolean, or a ``$ref`` cannot be
+        If a reachable part of the schema is not an object/boolean, or a ``$ref`` cannot be
         resolved.
     """
 
@@ -73,12 +88,15 @@ class Schema:
         self.nodes: list[Node] = [_ANY_NODE]
         self._cands: dict[int, Cands] = {}
         self._keep: list[Any] = []  # merged schemas: their ids are cache keys, so keep them alive
-        self._child_cache: dict[tuple[Cands, bytes], Cands] = {}
+        self._child_cache: dict[tuple[Cands, bytes | None], Cands] = {}
         self._item_cache: dict[tuple[Cands, int], Cands] = {}
         self._keys_cache: dict[Cands, KeySets] = {}
         self._enum_cache: dict[Cands, frozenset[bytes] | None] = {}
         self._enum_prefix_cache: dict[Cands, frozenset[bytes]] = {}
+        self._narrow_cache: dict[tuple[Cands, bytes], Narrowing] = {}
+        self._flags_cache: dict[Cands, Flags] = {}
         self.root = self.candidates(root)
+        self._build_tables(TABLE_LIMIT)
 
     @classmethod
     def from_json(cls, key_string: str) -> Schema:
@@ -208,10 +226,39 @@ class Schema:
             envelope=ENVELOPE_NAME in names and any(a in names for a in ENVELOPE_ARGS),
         )
 
+    def _build_tables(self, limit: int) -> None:
+        """Fill the navigation tables of every candidate set reachable from the root (at most
+        ``limit`` sets).
+
+        Reachable: the root, the alternatives under every known key (and under any other key) and
+        every array index of a reached set, and the sets an object narrows to by an enum value.
+        """
+        seen = {self.root}
+        todo = [self.root]
+        done = 0
+        while todo and done < limit:
+            cands = todo.pop()
+            done += 1
+            known = self.keys(cands)[0]
+            self.enum_prefixes(cands)
+            self._flags(cands)
+            nexts = [self.child(cands, None)]
+            for key in known:
+                nexts.append(self.child(cands, key))
+                by_value, other = self._narrowing(cands, key)
+                nexts.extend(by_value.values())
+                nexts.append(other)
+            nexts.extend(self.item(cands, i) for i in range(self.max_prefix(cands) + 1))
+            for n in nexts:
+                if n not in seen:
+                    seen.add(n)
+                    todo.append(n)
+
     # --------------------------------------------------------------------------------- navigation
     def child(self, cands: Cands, key: bytes | None) -> Cands:
-        """Alternatives of the value under ``key`` in an object matching ``cands``."""
-        cache_key = (cands, key or b"\x00")
+        """Alternatives of the value under ``key`` in an object matching ``cands`` (``None``: a key
+        the schema does not list)."""
+        cache_key = (cands, key)
         got = self._child_cache.get(cache_key)
         if got is None:
             out: list[int] = []
@@ -239,9 +286,20 @@ class Schema:
             got = self._item_cache[cache_key] = tuple(out) or ANY
         return got
 
+    def _flags(self, cands: Cands) -> Flags:
+        got = self._flags_cache.get(cands)
+        if got is None:
+            nodes = [self.nodes[c] for c in cands]
+            got = self._flags_cache[cands] = (
+                all(n.envelope for n in nodes),
+                all(n.is_enum for n in nodes),
+                max(len(n.prefix_items) for n in nodes),
+            )
+        return got
+
     def max_prefix(self, cands: Cands) -> int:
         """Array index from which every element has the same schema."""
-        return max(len(self.nodes[c].prefix_items) for c in cands)
+        return self._flags(cands)[2]
 
     def keys(self, cands: Cands) -> KeySets:
         """Known keys, required keys, and every prefix of each, over the alternatives ``cands``."""
@@ -255,11 +313,11 @@ class Schema:
 
     def is_envelope(self, cands: Cands) -> bool:
         """True if every alternative is a function-call envelope (``name`` plus ``parameters``)."""
-        return all(self.nodes[c].envelope for c in cands)
+        return self._flags(cands)[0]
 
     def is_enum(self, cands: Cands) -> bool:
         """True if the value is restricted by ``enum`` / ``const`` in every alternative."""
-        return all(self.nodes[c].is_enum for c in cands)
+        return self._flags(cands)[1]
 
     def enum_strings(self, cands: Cands) -> frozenset[bytes] | None:
         """Union of string enum members over ``cands`` (None if some alternative has no enum)."""
@@ -284,13 +342,19 @@ class Schema:
 
     def narrow(self, cands: Cands, key: bytes, value: bytes) -> Cands:
         """Drop object alternatives whose ``key`` has a string enum that excludes ``value``."""
-        kept = []
-        for c in cands:
-            sub = self.nodes[c].props.get(key)
-            if sub is None:
-                kept.append(c)
-                continue
-            strings = self.enum_strings(self.candidates(sub))
-            if strings is None or value in strings:
-                kept.append(c)
-        return tuple(kept) or cands
+        by_value, other = self._narrowing(cands, key)
+        return by_value.get(value, other)
+
+    def _narrowing(self, cands: Cands, key: bytes) -> Narrowing:
+        """:meth:`narrow` for every value of ``key`` at once."""
+        got = self._narrow_cache.get((cands, key))
+        if got is None:
+            alts: list[tuple[int, frozenset[bytes] | None]] = []
+            for c in cands:
+                sub = self.nodes[c].props.get(key)
+                alts.append((c, None if sub is None else self.enum_strings(self.candidates(sub))))
+            members = {v for _, strings in alts if strings is not None for v in strings}
+            by_value = {v: tuple(c for c, s in alts if s is None or v in s) for v in members}
+            other = tuple(c for c, s in alts if s is None) or cands
+            got = self._narrow_cache[(cands, key)] = (by_value, other)
+        return got

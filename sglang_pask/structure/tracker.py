@@ -22,6 +22,13 @@ memoised in the grammar, so after warm-up ``accept`` is one dict lookup and two 
 walks the token's bytes (O(token length)). Memoising is exact: the machines are deterministic
 functions of (state, bytes).
 
+What does not depend on the generated text is built before the first token, as xgrammar builds its
+tables: per tokenizer, :attr:`.vocab.TokenVocab.walk_bytes`; per grammar, in :meth:`RoleGrammar.compile`,
+a JSON schema's navigation tables (:mod:`.json_schema`), a call grammar's name and argument prefix
+sets, a lexer's keyword prefixes. The memo itself depends on the text, so the first request of a
+grammar walks each of its (state, token) pairs once; a call grammar's spec-free syntax layer is
+memoised per process, so its walks are shared across grammars.
+
 Token boundaries
 ----------------
 A token's role is the highest-priority role among its bytes (:data:`.roles.PRIORITY`). Roles that
@@ -88,6 +95,7 @@ class RoleGrammar:
             raise ValueError(f"vocabulary of {len(vocab)} tokens is too large (limit {1 << _SHIFT})")
         self.machine = machine
         self.vocab = vocab
+        self._walk = vocab.walk_bytes
         self.captures: dict[str, int] = dict(captures or {})
         self.memo: dict[int, Transition] = {}
         self._state_ids: dict[Hashable, int] = {}
@@ -171,16 +179,25 @@ class RoleGrammar:
         return CaptureRoleTracker(self, matcher)
 
     def _intern(self, state: Hashable) -> int:
-        sid = self._state_ids.get(state)
-        if sid is None:
-            sid = self._state_ids[state] = len(self._states)
-            self._states.append(state)
+        states = self._states
+        sid = self._state_ids.setdefault(state, len(states))  # one hash of the state, not two
+        if sid == len(states):
+            states.append(state)
         return sid
 
     def transition(self, state_id: int, token_id: int) -> Transition:
-        """Walk ``token_id`` from ``state_id`` (a memo miss) and remember the result."""
-        data = self.vocab.text(token_id)
-        if token_id in self.vocab.special_ids or not data:
+        """Walk ``token_id`` from ``state_id`` (a memo miss) and remember the result.
+
+        Raises
+        ------
+        ValueError
+            If the id is outside the vocabulary.
+        """
+        walk = self._walk
+        if not 0 <= token_id < len(walk):
+            raise ValueError(f"token id {token_id} outside the vocabulary (size {len(walk)})")
+        data = walk[token_id]
+        if not data:  # a special or empty token
             result: Transition = (state_id, _TEMPLATE, None)
         else:
             state, role, revision = self.machine.step(self._states[state_id], data)

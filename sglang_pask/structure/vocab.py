@@ -8,7 +8,7 @@ holds exactly the bytes its matcher consumes per token (``decoded_vocab``), so t
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -23,10 +23,23 @@ class TokenVocab:
     special_ids
         Special tokens (stop tokens, chat-template markers). Generated, they get role ``TEMPLATE`` and
         leave the tracker's parser state unchanged.
+
+    Attributes
+    ----------
+    walk_bytes
+        Built once with the vocabulary (like xgrammar's ``TokenizerInfo`` tables): the bytes a role
+        machine walks per token id, empty for special tokens, so that tagging a token needs one
+        index instead of a lookup in ``special_ids``.
     """
 
     token_bytes: Sequence[bytes]
     special_ids: frozenset[int]
+    walk_bytes: tuple[bytes, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        special = self.special_ids
+        walk = tuple(b"" if i in special else data for i, data in enumerate(self.token_bytes))
+        object.__setattr__(self, "walk_bytes", walk)
 
     def __len__(self) -> int:
         return len(self.token_bytes)
