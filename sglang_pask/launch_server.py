@@ -80,15 +80,26 @@ def split_argv(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         _fail(str(err))
 
 
-def _model_layer_count(model_path: str) -> Optional[int]:
-    """Layer count from a local model folder's config.json; None for non-local paths."""
+def _model_config(model_path: str) -> Optional[dict]:
+    """A local model folder's config.json (its text part); None for non-local paths."""
     config_file = Path(model_path) / "config.json"
     if not config_file.is_file():
         return None
     config = json.loads(config_file.read_text())
-    config = config.get("text_config", config)
-    layers = config.get("num_hidden_layers")
-    return int(layers) if layers is not None else None
+    return config.get("text_config", config)
+
+
+def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int) -> None:
+    """Check the layer groups, the policy and every group's budget against the model, as the
+    scheduler will apply them; raise ConfigError naming the flag and the numbers."""
+    ranges = config.kv_layer_groups.resolve(num_layers)
+    from sglang_pask.policy import get_policy, plan_group_budgets
+
+    try:
+        plan_group_budgets(get_policy(config.kv_policy), config.kv_budget, [len(r) for r in ranges],
+                           config.kv_window, context_len)
+    except ValueError as err:
+        raise ConfigError(f"--kv-budget/--kv-window: {err}") from None
 
 
 def _gpu_available() -> bool:
@@ -120,10 +131,11 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         sglang_argv += ["--model-path", model_path]
         if not _has_flag(sglang_argv, "--tool-call-parser"):
             sglang_argv += ["--tool-call-parser", DEFAULT_MODEL_TOOL_PARSER]
-    layers = _model_layer_count(model_path)
-    if layers is not None:
+    model_config = _model_config(model_path)
+    if model_config is not None and model_config.get("num_hidden_layers") is not None:
+        context_len = _flag_value(sglang_argv, "--context-length") or model_config.get("max_position_embeddings")
         try:
-            config.kv_layer_groups.resolve(layers)
+            check_kv_plan(config, int(model_config["num_hidden_layers"]), int(context_len or 2**31))
         except ConfigError as err:
             _fail(str(err))
     config.publish()
