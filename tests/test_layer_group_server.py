@@ -1,0 +1,156 @@
+"""The layer-group KV pool inside real SGLang servers (tiny random model: mechanics, not accuracy).
+
+* 200 mixed requests (lengths, shared prefixes, grammars, aborts) leave every allocator where it
+  started, and the scheduler's own idle leak check (which sglang-pask extends to every group) never
+  fires;
+* a shared system prompt gets the same prefix-cache hits with compression on as off;
+* every policy serves requests through real SGLang and reports ``kv_stats``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import requests
+
+from sglang_pask.server_process import ServerProcess
+
+pytestmark = pytest.mark.server
+
+COMPRESSED_FLAGS = ["--kv-budget", "0.33", "--kv-layer-groups", "0-0,1-1", "--kv-window", "4"]
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
+SYSTEM = "You are a careful assistant. Tools: get_weather(city, unit), get_time(zone). " * 3
+
+
+def start(model_dir: Path, log: Path, policy: str) -> ServerProcess:
+    return ServerProcess(
+        ["--model-path", str(model_dir), "--constrained-json-disable-any-whitespace", "--kv-policy", policy,
+         *COMPRESSED_FLAGS],
+        log,
+    ).wait_ready(timeout_s=300)
+
+
+@pytest.fixture(scope="module")
+def snapkv_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    server = start(tiny_model_dir, tmp_path_factory.mktemp("logs") / "snapkv_server.log", "snapkv")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def generate(server: ServerProcess, text: str, timeout: float = 120, **params) -> dict:
+    response = requests.post(
+        f"{server.url}/generate",
+        json={"text": text, "sampling_params": {"temperature": 0, **params}},
+        timeout=timeout,
+    )
+    response.raise_for_status()
+    return response.json()
+
+
+def pool_usage(server: ServerProcess) -> dict:
+    info = requests.get(f"{server.url}/server_info", timeout=30).json()
+    return info["internal_states"][0]["sglang_pask"]["kv_pool"]
+
+
+def wait_idle_and_flush(server: ServerProcess) -> None:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if requests.post(f"{server.url}/flush_cache", timeout=30).status_code == 200:
+            return
+        time.sleep(0.5)
+    raise AssertionError("the server never became idle enough to flush its prefix cache")
+
+
+def mixed_request(server: ServerProcess, index: int) -> dict | None:
+    rng = random.Random(index)
+    kind = index % 5
+    prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 120)))
+    if kind == 0:  # shared system prompt
+        return generate(server, SYSTEM + prompt, max_new_tokens=rng.randint(1, 24))
+    if kind == 1:  # regex-constrained
+        return generate(server, prompt, max_new_tokens=16, regex="(yes|no)[0-9]{2}")
+    if kind == 2:  # JSON-constrained
+        schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+        return generate(server, prompt, max_new_tokens=24, json_schema=__import__("json").dumps(schema))
+    if kind == 3:  # aborted mid-decode
+        rid = uuid.uuid4().hex
+        timer = threading.Timer(0.3, lambda: requests.post(f"{server.url}/abort_request", json={"rid": rid},
+                                                           timeout=30))
+        timer.start()
+        try:
+            response = requests.post(
+                f"{server.url}/generate",
+                json={"text": prompt, "rid": rid,
+                      "sampling_params": {"temperature": 0, "max_new_tokens": 400, "ignore_eos": True}},
+                timeout=120,
+            )
+        finally:
+            timer.join()
+        return None if response.status_code != 200 else response.json()
+    return generate(server, prompt, max_new_tokens=rng.randint(1, 64))
+
+
+def test_two_hundred_mixed_requests_leave_every_allocator_where_it_started(snapkv_server):
+    wait_idle_and_flush(snapkv_server)
+    before = pool_usage(snapkv_server)
+    assert before["tokens_in_use"] == 0 and all(g["slots_in_use"] == 0 for g in before["groups"])
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        results = list(pool.map(lambda i: mixed_request(snapkv_server, i), range(200)))
+    finished = [r for r in results if r is not None and r["meta_info"]["finish_reason"]["type"] != "abort"]
+    assert len(finished) >= 150
+    compressed = 0
+    for result in finished:
+        stats = result["meta_info"]["kv_stats"]
+        assert stats["policy"] == "snapkv" and len(stats["kept_tokens"]) == 2
+        assert all(0 < kept <= stats["full_tokens"] for kept in stats["kept_tokens"])
+        compressed += any(kept < stats["full_tokens"] for kept in stats["kept_tokens"])
+    assert compressed >= len(finished) // 2
+    # While the prefix cache holds finished requests, its tokens hold fewer group slots than ids.
+    during = pool_usage(snapkv_server)
+    assert during["bytes_in_use"] < during["full_equivalent_bytes"]
+    wait_idle_and_flush(snapkv_server)
+    after = pool_usage(snapkv_server)
+    assert after["tokens_in_use"] == 0
+    assert [g["slots_in_use"] for g in after["groups"]] == [0, 0]
+    log = snapkv_server.log_path.read_text()
+    assert "leak" not in log.lower(), snapkv_server.log_tail(60)
+    assert "Traceback" not in log, snapkv_server.log_tail(60)
+
+
+def test_shared_system_prompt_gets_the_same_prefix_hits_with_compression(snapkv_server, tiny_server):
+    questions = [f"Question {i}: what is {WORDS[i]} of {WORDS[-i - 1]}?" for i in range(8)]
+    hits = {}
+    for name, server in (("full", tiny_server), ("snapkv", snapkv_server)):
+        wait_idle_and_flush(server)
+        hits[name] = [
+            generate(server, SYSTEM + question, max_new_tokens=8)["meta_info"]["cached_tokens"]
+            for question in questions
+        ]
+    assert hits["snapkv"] == hits["full"]
+    assert sum(hits["full"][1:]) > 0
+
+
+@pytest.mark.parametrize("policy", ["streaming-llm", "h2o", "pyramidkv"])
+def test_every_policy_serves_through_sglang(policy, tiny_model_dir, tmp_path):
+    server = start(tiny_model_dir, tmp_path / f"{policy}.log", policy)
+    try:
+        for i in range(6):
+            result = generate(server, SYSTEM + " ".join(WORDS[: 5 + 2 * i]), max_new_tokens=20)
+            stats = result["meta_info"]["kv_stats"]
+            assert stats["policy"] == policy and stats["full_tokens"] > 0
+            assert all(kept < stats["full_tokens"] for kept in stats["kept_tokens"])
+        wait_idle_and_flush(server)
+        after = pool_usage(server)
+        assert after["tokens_in_use"] == 0 and [g["slots_in_use"] for g in after["groups"]] == [0, 0]
+        assert "Traceback" not in server.log_path.read_text()
+    finally:
+        server.stop()
