@@ -20,6 +20,7 @@ _UPDATE_META_INFO = "sglang.srt.managers.tokenizer_manager.TokenizerManager.upda
 _CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _REQ_TO_TOKEN_POOL = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool"
 _INVARIANT_CHECKER = "sglang.srt.managers.scheduler_components.invariant_checker.SchedulerInvariantChecker"
+_PREFILL_ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 _TORCH_NATIVE_BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
 
 
@@ -28,6 +29,7 @@ def register(config: PaskConfig) -> None:
     from sglang_pask.srt import layer_group_runtime as groups
     from sglang_pask.srt.kv_stats import KV_STATS_KEY, PaskOutputStreamer
     from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend
+    from sglang_pask.srt.layer_group_pool import running_decode_reserve
     from sglang_pask.srt.role_grammar import RoleTrackingGrammarBackend
     from sglang_pask.srt.role_output import (
         ROLE_KEYS,
@@ -54,6 +56,8 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free_rows", groups.release_rows, HookType.AROUND)
     HookRegistry.register(_INVARIANT_CHECKER + "._check_full_pool", groups.check_full_pool, HookType.AROUND)
     HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
+    HookRegistry.register(_PREFILL_ADDER + "._get_running_request_total_token_offset", running_decode_reserve,
+                          HookType.AROUND)
 
 
 def _report_state(config: PaskConfig):

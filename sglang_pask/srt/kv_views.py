@@ -111,7 +111,10 @@ class KVViewTable:
         During decode, compress once a group's private tokens exceed capacity by this many.
     """
 
-    def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn, slack: int = 8,
+    DECODE_SLACK = 8
+
+    def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn,
+                 slack: int = DECODE_SLACK,
                  device: torch.device | str = "cpu"):
         self.device = torch.device(device)
         self.policy = policy
@@ -120,6 +123,7 @@ class KVViewTable:
         self.drop = drop
         self.slack = slack
         self.views: dict[int, RequestView] = {}
+        self.peak_requests = 0
         self.compresses = any(b < 1.0 for b in self.group_budgets)
 
     @property
@@ -137,6 +141,7 @@ class KVViewTable:
         if found is None:
             found = RequestView([GroupView() for _ in self.group_budgets], shared_upto=prefix_len)
             self.views[row] = found
+            self.peak_requests = max(self.peak_requests, len(self.views))
         return found
 
     def release(self, row: int) -> Optional[RequestView]:

@@ -22,6 +22,7 @@ from typing import Any, Optional
 import torch
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc, MHATokenToKVPool
+from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
 
 @dataclass(frozen=True)
@@ -113,9 +114,13 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
     allocated now: the smallest free count over the virtual ids and the groups.
     """
 
-    def __init__(self, pool: LayerGroupMHAKVPool, dtype: torch.dtype, device: str, need_sort: bool):
+    def __init__(self, pool: LayerGroupMHAKVPool, dtype: torch.dtype, device: str, need_sort: bool,
+                 growth_budget: float = 1.0, growth_overhead: int = 0):
         layout = pool.layout
         self.pool = pool
+        self.growth_budget = growth_budget
+        self.growth_overhead = growth_overhead
+        self.peak_group_used = [0] * layout.num_groups
         self.group_allocators = [
             TokenToKVPoolAllocator(layout.physical_slots, dtype, device, pool, need_sort=False)
             for _ in range(layout.num_groups)
@@ -127,6 +132,18 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         for allocator in self.group_allocators:
             allocator.clear()
         self.pool.group_loc.zero_()
+
+    def decode_growth(self, new_tokens: float) -> float:
+        """Slots a request's next ``new_tokens`` decoded tokens take in the fullest group.
+
+        The groups keep about ``b`` of the decoded tokens plus a fixed overhead (the window, the
+        policy's reserved tokens, the compression slack): ``min(n, b * n + overhead)``. SGLang's
+        admission reserves this for decode growth instead of ``n``.
+        """
+        return min(new_tokens, self.growth_budget * new_tokens + self.growth_overhead)
+
+    def create_prefill_budget(self, tree_cache: Any, *, num_mixed_decode_tokens: int = 0) -> PrefillBudget:
+        return LayerGroupPrefillBudget(self, tree_cache, num_mixed_decode_tokens=num_mixed_decode_tokens)
 
     def available_size(self) -> int:
         return min(super().available_size(), *(a.available_size() for a in self.group_allocators))
@@ -154,6 +171,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             taken.append(physical)
         for group, physical in enumerate(taken):
             self.pool.group_loc[group][virtual] = physical
+            self.peak_group_used[group] = max(self.peak_group_used[group], self.group_used_slots(group))
         return virtual
 
     def free(self, free_index: torch.Tensor) -> None:
@@ -227,3 +245,25 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             elif torch.unique(torch.cat((mapped, free))).numel() != layout.physical_slots:
                 problems.append(f"layer group {group}: a physical slot is mapped twice or both mapped and free")
         return problems
+
+
+class LayerGroupPrefillBudget(PrefillBudget):
+    """SGLang's prefill admission budget, reserving decode growth as the layer groups keep it.
+
+    The prompt is charged in full (prefill writes every token to every group before the policy
+    compresses them); a request's future decode tokens are charged
+    :meth:`LayerGroupAllocator.decode_growth`.
+    """
+
+    allocator: LayerGroupAllocator
+
+    def reserve(self, extend_input_len: int, max_new_tokens: int, **kwargs: Any) -> None:
+        super().reserve(extend_input_len, self.allocator.decode_growth(max_new_tokens), **kwargs)
+
+
+def running_decode_reserve(original: Any, adder: Any, req: Any) -> float:
+    """AROUND hook of ``PrefillAdder._get_running_request_total_token_offset``: a running request's
+    decode headroom, as its layer groups will keep it."""
+    reserve = original(adder, req)
+    allocator = adder.token_to_kv_pool_allocator
+    return allocator.decode_growth(reserve) if isinstance(allocator, LayerGroupAllocator) else reserve

@@ -59,7 +59,8 @@ class ActivePool:
         return counts
 
     def usage(self) -> dict[str, Any]:
-        """Pool usage now: per group slots and bytes in use, and the full-KV equivalent."""
+        """Pool usage now (and peaks since start): requests holding KV, per group slots and bytes in
+        use, and the full-KV equivalent of the tokens held."""
         assert self.allocator is not None
         layout = self.pool.layout
         groups = []
@@ -69,13 +70,17 @@ class ActivePool:
                 "layers": f"{layers[0]}-{layers[-1]}",
                 "budget": self.budgets[g],
                 "slots_in_use": used,
+                "peak_slots_in_use": self.allocator.peak_group_used[g],
                 "slots": layout.physical_slots,
                 "bytes_in_use": used * self.pool.bytes_per_slot(g),
                 "bytes": layout.physical_slots * self.pool.bytes_per_slot(g),
             })
         tokens = layout.virtual_slots - self.allocator.virtual_available_size()
         full_bytes_per_token = sum(self.pool.bytes_per_slot(g) for g in range(layout.num_groups))
+        assert self.views is not None
         return {
+            "running_requests": len(self.views.views),
+            "peak_running_requests": self.views.peak_requests,
             "groups": groups,
             "tokens_in_use": tokens,
             "virtual_slots": layout.virtual_slots,
@@ -135,14 +140,21 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
                         req_to_token_pool=req_to_token_pool, token_to_kv_pool_allocator=token_to_kv_pool_allocator)
     if state.pool.page_size != 1:
         raise RuntimeError(f"sglang-pask layer groups need --page-size 1, got {state.pool.page_size}")
-    allocator = LayerGroupAllocator(state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False)
+    slack = KVViewTable.DECODE_SLACK
+    allocator = LayerGroupAllocator(
+        state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False,
+        growth_budget=max(state.budgets),
+        growth_overhead=0 if max(state.budgets) >= 1.0
+        else state.config.kv_window + state.policy.reserved_tokens + slack,
+    )
     req_to_token = req_to_token_pool.req_to_token
 
     def drop(row: int, group: int, positions: torch.Tensor) -> None:
         allocator.drop(group, req_to_token[row, positions])
 
     state.allocator = allocator
-    state.views = KVViewTable(state.policy, state.budgets, state.config.kv_window, drop, device=req_to_token.device)
+    state.views = KVViewTable(state.policy, state.budgets, state.config.kv_window, drop, slack=slack,
+                              device=req_to_token.device)
     state.pool.views = state.views
     return allocator
 

@@ -1,0 +1,209 @@
+"""KV memory, concurrency and throughput of the layer-group pool, per policy and budget, side by side.
+
+For each configuration (``full`` at 1.0, then every policy at every budget) this starts
+``python -m sglang_pask.launch_server`` on the real default model with one fixed KV pool size
+(``--max-total-tokens``), sends the same BFCL-like workload all at once (BFCL eval items in BFCL's
+prompt format, greedy, EBNF-constrained calls, through ``/generate`` so that each response carries
+``meta_info["kv_stats"]``), and measures:
+
+* **KV bytes per request**: at each request's last step, the bytes its layer groups held
+  (``sum_g kept_g * bytes_per_token_g``), against full KV of the same length; mean over requests;
+* **most requests served concurrently**: the peak number of requests holding KV in the pool
+  (``/server_info`` -> ``sglang_pask.kv_pool.peak_running_requests``);
+* **tokens/s**: generated tokens over the workload's wall time.
+
+Ratios are against ``full`` from the same run. Prints a table; ``--json`` writes the numbers with
+the command, date, machine and commit; ``--plot`` draws KV bytes and concurrency per configuration.
+
+Example::
+
+    python -m bench.memory --limit 48 --max-total-tokens 4096 --json bench/results/memory.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Sequence
+
+import requests
+from tqdm import tqdm
+
+from bench.bfcl import configurations, parse_budgets, select_items
+from bench.common import git_commit
+from sglang_pask.bfcl.data import AST_CATEGORIES
+from sglang_pask.bfcl.grammar import item_ebnf
+from sglang_pask.bfcl.prompt import build_messages
+from sglang_pask.config import KV_POLICIES
+from sglang_pask.server_process import ServerProcess
+
+BASELINE_POLICIES = [p for p in KV_POLICIES if p != "full"]
+
+
+@dataclass
+class ConfigMemory:
+    """What one (policy, budget) configuration measured."""
+
+    policy: str
+    budget: float
+    requests: int
+    kv_bytes_per_request: float
+    full_kv_bytes_per_request: float
+    kv_fraction: float
+    peak_concurrent_requests: int
+    peak_group_slots: list[int]
+    tokens_per_s: float
+    wall_s: float
+
+
+def chat_prompt(tokenizer, item) -> str:
+    return tokenizer.apply_chat_template(build_messages(item), tokenize=False, add_generation_prompt=True)
+
+
+def send(url: str, text: str, ebnf: str, max_tokens: int) -> dict:
+    response = requests.post(
+        f"{url}/generate",
+        json={"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_tokens, "ebnf": ebnf}},
+        timeout=3600,
+    )
+    response.raise_for_status()
+    return response.json()
+
+
+def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[str, str]], args: argparse.Namespace,
+               log_dir: Path) -> ConfigMemory:
+    """Start a server for (policy, budget), run the workload at once, read the pool's peaks."""
+    flags = ["--model-path", model_path, "--kv-policy", policy, "--kv-budget", str(budget),
+             "--kv-layer-groups", args.layer_groups, "--max-total-tokens", str(args.max_total_tokens),
+             *shlex.split(args.server_args)]
+    with ServerProcess(flags, log_dir / f"{policy}-{budget}.log") as server:
+        server.wait_ready(timeout_s=900)
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
+            futures = [pool.submit(send, server.url, text, ebnf, args.max_tokens) for text, ebnf in prompts]
+            results = [f.result() for f in tqdm(futures, desc=f"{policy} {budget}", file=sys.stderr)]
+        wall = time.perf_counter() - start
+        usage = requests.get(f"{server.url}/server_info", timeout=60).json()
+        usage = usage["internal_states"][0]["sglang_pask"]["kv_pool"]
+    per_token = [group["bytes"] / group["slots"] for group in usage["groups"]]
+    kept_bytes, full_bytes = [], []
+    for result in results:
+        stats = result["meta_info"]["kv_stats"]
+        kept_bytes.append(sum(k * b for k, b in zip(stats["kept_tokens"], per_token)))
+        full_bytes.append(stats["full_tokens"] * sum(per_token))
+    generated = sum(r["meta_info"]["completion_tokens"] for r in results)
+    return ConfigMemory(
+        policy=policy,
+        budget=budget,
+        requests=len(results),
+        kv_bytes_per_request=sum(kept_bytes) / len(results),
+        full_kv_bytes_per_request=sum(full_bytes) / len(results),
+        kv_fraction=sum(k / f for k, f in zip(kept_bytes, full_bytes)) / len(results),
+        peak_concurrent_requests=usage["peak_running_requests"],
+        peak_group_slots=[group["peak_slots_in_use"] for group in usage["groups"]],
+        tokens_per_s=generated / wall,
+        wall_s=wall,
+    )
+
+
+def format_table(rows: Sequence[ConfigMemory]) -> str:
+    full = next((r for r in rows if r.policy == "full"), rows[0])
+    lines = [
+        "| policy | budget | KV bytes/request | vs full KV | peak concurrent | vs full | tokens/s | vs full |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r.policy} | {r.budget:g} | {r.kv_bytes_per_request / 1024:.0f} KiB | {r.kv_fraction:.2f} | "
+            f"{r.peak_concurrent_requests} | {r.peak_concurrent_requests / full.peak_concurrent_requests:.2f}x | "
+            f"{r.tokens_per_s:.1f} | {r.tokens_per_s / full.tokens_per_s:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: Sequence[ConfigMemory], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r.policy}\n{r.budget:g}" for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for axis, values, title in (
+        (axes[0], [r.kv_fraction for r in rows], "KV bytes per request / full KV"),
+        (axes[1], [r.peak_concurrent_requests for r in rows], "peak concurrent requests"),
+        (axes[2], [r.tokens_per_s for r in rows], "generated tokens/s"),
+    ):
+        axis.bar(labels, values)
+        axis.set_title(title)
+        axis.tick_params(axis="x", labelsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--policies", nargs="+", default=BASELINE_POLICIES, choices=BASELINE_POLICIES,
+                        help="policies besides full (default: all)")
+    parser.add_argument("--budgets", nargs="+", default=["0.33", "0.2"], help="budgets in (0, 1) (default: 0.33 0.2)")
+    parser.add_argument("--limit", type=int, default=48, help="BFCL eval items in the workload (default: 48)")
+    parser.add_argument("--max-total-tokens", type=int, default=4096,
+                        help="the fixed KV pool size in tokens, the same for every configuration (default: 4096)")
+    parser.add_argument("--max-tokens", type=int, default=128, help="answer length cap (default: 128)")
+    parser.add_argument("--layer-groups", default="4", help="--kv-layer-groups for the servers (default: 4)")
+    parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
+    parser.add_argument("--server-args", default="", help="extra server flags, one quoted string")
+    parser.add_argument("--json", default=None, help="write results and run details to this JSON file")
+    parser.add_argument("--plot", default=None, help="write a bar chart to this PNG file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    budgets = parse_budgets(args.budgets)
+    from transformers import AutoTokenizer
+
+    from sglang_pask.default_model import ensure_default_model
+
+    model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    per_category = -(-args.limit // len(AST_CATEGORIES))
+    items = select_items(AST_CATEGORIES, "eval", None, per_category)[: args.limit]
+    prompts = [(chat_prompt(tokenizer, item), item_ebnf(item)) for item in items]
+    configs = [("full", 1.0)] + [c for c in configurations(args.policies, budgets) if c[0] != "full"]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-memory-") as log_dir:
+        for policy, budget in configs:
+            rows.append(run_config(model_path, policy, budget, prompts, args, Path(log_dir)))
+            print(format_table(rows), file=sys.stderr)
+    table = format_table(rows)
+    print(table)
+    if args.json:
+        record = {
+            "command": "python -m bench.memory " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
+            "commit": git_commit(),
+            "model": model_path,
+            "workload": {"items": len(items), "max_tokens": args.max_tokens, "grammar": "ebnf",
+                         "max_total_tokens": args.max_total_tokens, "layer_groups": args.layer_groups},
+            "results": [asdict(r) for r in rows],
+            "table": table,
+        }
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
