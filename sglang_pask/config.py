@@ -23,7 +23,7 @@ CONFIG_ENV = "SGLANG_PASK_CONFIG"
 KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyramidkv")
 
 # Newest tokens every layer group always keeps (--kv-window default).
-DEFAULT_KV_WINDOW = 16
+DEFAULT_KV_WINDOW = 8
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
 

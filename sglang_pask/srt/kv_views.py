@@ -111,7 +111,7 @@ class KVViewTable:
         During decode, compress once a group's private tokens exceed capacity by this many.
     """
 
-    DECODE_SLACK = 8
+    DECODE_SLACK = 4
 
     def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn,
                  slack: int = DECODE_SLACK,

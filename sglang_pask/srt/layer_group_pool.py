@@ -152,6 +152,12 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         """Free virtual ids (for the scheduler's conservation check)."""
         return super().available_size()
 
+    def fewest_slots_held(self, virtual: torch.Tensor) -> int:
+        """``min_g`` of how many of the ``virtual`` ids (``(n,)`` int) hold a slot in group ``g``."""
+        if virtual.numel() == 0:
+            return 0
+        return int((self.pool.group_loc[:, virtual.long()] > 0).sum(dim=1).min())
+
     def group_used_slots(self, group: int) -> int:
         """Physical slots of ``group`` in use."""
         return self.pool.layout.physical_slots - self.group_allocators[group].available_size()
@@ -248,14 +254,29 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
 
 
 class LayerGroupPrefillBudget(PrefillBudget):
-    """SGLang's prefill admission budget, reserving decode growth as the layer groups keep it.
+    """SGLang's prefill admission budget, counting slots as the layer groups hold them.
 
-    The prompt is charged in full (prefill writes every token to every group before the policy
-    compresses them); a request's future decode tokens are charged
-    :meth:`LayerGroupAllocator.decode_growth`.
+    * The prompt is charged in full (prefill writes every token to every group before the policy
+      compresses them); a request's future decode tokens are charged
+      :meth:`LayerGroupAllocator.decode_growth`.
+    * What evicting the prefix cache would free is counted in slots, not token ids: a cached token
+      whose group slots were dropped before it was cached frees fewer slots than ids. The count is a
+      lower bound, ``min_g (slots group g holds for cached tokens) - protected tokens``, taken once
+      per scheduling round.
     """
 
     allocator: LayerGroupAllocator
+    _evictable_slots: Optional[int] = None
+
+    def _available_and_evictable(self) -> int:
+        if self._evictable_slots is None:
+            tree = self.tree_cache
+            if tree is None or not tree.supports_prefix_sharing():
+                self._evictable_slots = 0
+            else:
+                held = self.allocator.fewest_slots_held(tree.all_values_flatten())
+                self._evictable_slots = max(0, min(held - tree.protected_size(), tree.evictable_size()))
+        return self.allocator.available_size() + self._evictable_slots
 
     def reserve(self, extend_input_len: int, max_new_tokens: int, **kwargs: Any) -> None:
         super().reserve(extend_input_len, self.allocator.decode_growth(max_new_tokens), **kwargs)
