@@ -29,17 +29,17 @@ WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu x
 SYSTEM = "You are a careful assistant. Tools: get_weather(city, unit), get_time(zone). " * 3
 
 
-def start(model_dir: Path, log: Path, policy: str) -> ServerProcess:
+def start(model_dir: Path, log: Path, policy: str, *extra: str) -> ServerProcess:
     return ServerProcess(
         ["--model-path", str(model_dir), "--constrained-json-disable-any-whitespace", "--kv-policy", policy,
-         *COMPRESSED_FLAGS],
+         *COMPRESSED_FLAGS, *extra],
         log,
     ).wait_ready(timeout_s=300)
 
 
 @pytest.fixture(scope="module")
 def snapkv_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    server = start(tiny_model_dir, tmp_path_factory.mktemp("logs") / "snapkv_server.log", "snapkv")
+    server = start(tiny_model_dir, tmp_path_factory.mktemp("logs") / "snapkv_server.log", "snapkv", "--enable-metrics")
     try:
         yield server
     finally:
@@ -154,3 +154,12 @@ def test_every_policy_serves_through_sglang(policy, tiny_model_dir, tmp_path):
         assert "Traceback" not in server.log_path.read_text()
     finally:
         server.stop()
+
+
+def test_pool_usage_is_in_the_prometheus_metrics(snapkv_server):
+    generate(snapkv_server, SYSTEM + "metrics please", max_new_tokens=30)
+    text = requests.get(f"{snapkv_server.url}/metrics", timeout=30).text
+    for name in ("sglang_pask:kv_pool_bytes_in_use", "sglang_pask:kv_pool_slots_in_use",
+                 "sglang_pask:kv_pool_full_equivalent_bytes", "sglang_pask:kv_pool_running_requests"):
+        assert name in text, name
+    assert 'group="0-0"' in text and 'group="1-1"' in text

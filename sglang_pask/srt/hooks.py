@@ -20,12 +20,14 @@ _UPDATE_META_INFO = "sglang.srt.managers.tokenizer_manager.TokenizerManager.upda
 _CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _REQ_TO_TOKEN_POOL = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool"
 _INVARIANT_CHECKER = "sglang.srt.managers.scheduler_components.invariant_checker.SchedulerInvariantChecker"
+_METRICS_COLLECTOR = "sglang.srt.observability.metrics_collector.SchedulerMetricsCollector"
 _PREFILL_ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 _TORCH_NATIVE_BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
 
 
 def register(config: PaskConfig) -> None:
     """Register every hook for ``config``; SGLang's load_plugins() applies them afterwards."""
+    from sglang_pask.srt import kv_metrics
     from sglang_pask.srt import layer_group_runtime as groups
     from sglang_pask.srt.kv_stats import KV_STATS_KEY, PaskOutputStreamer
     from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend
@@ -58,6 +60,9 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
     HookRegistry.register(_PREFILL_ADDER + "._get_running_request_total_token_offset", running_decode_reserve,
                           HookType.AROUND)
+    # Prometheus (--enable-metrics): the pool's gauges beside SGLang's.
+    HookRegistry.register(_METRICS_COLLECTOR + ".__init__", kv_metrics.create_gauges, HookType.AFTER)
+    HookRegistry.register(_METRICS_COLLECTOR + ".log_stats", kv_metrics.update_gauges, HookType.AFTER)
 
 
 def _report_state(config: PaskConfig):
