@@ -161,7 +161,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length cap (default: 128)")
     parser.add_argument("--layer-groups", default="4", help="--kv-layer-groups for the servers (default: 4)")
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
-    parser.add_argument("--server-args", default="", help="extra server flags, one quoted string")
+    parser.add_argument("--server-args", default="--chunked-prefill-size 512",
+                        help="extra server flags for every configuration, one quoted string (default: "
+                        "'--chunked-prefill-size 512', so that one prefill pass cannot fill the small pool)")
     parser.add_argument("--json", default=None, help="write results and run details to this JSON file")
     parser.add_argument("--plot", default=None, help="write a bar chart to this PNG file")
     return parser

@@ -57,18 +57,23 @@ class LayerGroupLayout:
 
 
 def virtual_slot_count(physical_slots: int, largest_group_budget: float) -> int:
-    """``V = ceil(P / b)``: the token ids that ``P`` physical slots per group can back when no group
-    keeps more than ``b`` (the largest group budget) of them; ``P`` at budget 1.0. Short requests keep
-    their whole window and so more than ``b``: then the groups run out first, and the allocator's
-    ``available_size()`` says so."""
-    return math.ceil(physical_slots / largest_group_budget - 1e-9)
+    """``V``: the token ids that ``P`` physical slots per group back.
+
+    A request holds an id for every one of its tokens but a slot only for those its groups keep, so
+    when groups keep about ``b`` of each request, ``P`` slots serve about ``P / b`` ids, more with
+    the fixed window overhead. Ids cost only map entries, so ``V = ceil(2 P / b)`` leaves the groups'
+    slots, not the ids, as what runs out; ``V = P`` at budget 1.0 (SGLang's own capacity).
+    """
+    if largest_group_budget >= 1.0:
+        return physical_slots
+    return math.ceil(2 * physical_slots / largest_group_budget - 1e-9)
 
 
 class LayerGroupMHAKVPool(MHATokenToKVPool):
     """SGLang's MHA pool whose writes go to each layer group's physical slots.
 
     Built by SGLang's own configurator (same buffers, same size ``P``); :meth:`attach_layout` then
-    adds the per-group maps. ``group_loc`` is ``(num_groups, V + 1)`` int64, row 0 unused (slot 0 is
+    adds the per-group maps. ``group_loc`` is ``(num_groups, V + 1)`` int32, row 0 unused (slot 0 is
     SGLang's padding slot and maps to physical 0 in every group).
     """
 
@@ -85,11 +90,11 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
             raise ValueError(f"layer groups {layout.ranges} do not cover the pool's {num_layers} layers")
         self.layout = layout
         self.layer_group = layout.group_of_layer()
-        self.group_loc = torch.zeros((layout.num_groups, layout.virtual_slots + 1), dtype=torch.int64, device=self.device)
+        self.group_loc = torch.zeros((layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32, device=self.device)
 
     def physical(self, group: int, virtual_loc: torch.Tensor) -> torch.Tensor:
-        """Physical slots of ``group`` for ``virtual_loc`` (any shape, int); 0 where absent."""
-        return self.group_loc[group][virtual_loc.long()]
+        """Physical slots of ``group`` for ``virtual_loc`` (any shape, int), int64; 0 where absent."""
+        return self.group_loc[group][virtual_loc.long()].long()
 
     def set_kv_buffer(self, layer: Any, loc_info: Any, cache_k: torch.Tensor, cache_v: torch.Tensor, *args: Any,
                       **kwargs: Any) -> None:
@@ -176,7 +181,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
                 return None
             taken.append(physical)
         for group, physical in enumerate(taken):
-            self.pool.group_loc[group][virtual] = physical
+            self.pool.group_loc[group][virtual] = physical.to(torch.int32)
             self.peak_group_used[group] = max(self.peak_group_used[group], self.group_used_slots(group))
         return virtual
 
@@ -206,7 +211,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             How many slots went back to the group's allocator.
         """
         virtual = virtual.long()
-        physical = self.pool.group_loc[group][virtual]
+        physical = self.pool.group_loc[group][virtual].long()
         present = physical > 0
         slots = physical[present]
         if slots.numel():
@@ -240,7 +245,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         problems = []
         layout = self.pool.layout
         for group, allocator in enumerate(self.group_allocators):
-            mapped = self.pool.group_loc[group][1:]
+            mapped = self.pool.group_loc[group][1:].long()
             mapped = mapped[mapped > 0]
             free = allocator.get_all_free_pages()
             if mapped.numel() + free.numel() != layout.physical_slots:
