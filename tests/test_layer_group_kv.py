@@ -251,3 +251,16 @@ def test_every_policy_compresses_private_tokens_to_its_capacity(policy):
     allocator.free(req_to_token[3, :length].long())
     pool.views.release(3)
     assert allocator.available_size() == SLOTS and allocator.check_slots() == []
+
+
+def test_admission_counts_what_evicting_the_cache_frees_per_group():
+    """Cached tokens whose group-1 slots were dropped free slots in group 0 only: the allocatable
+    count after eviction is taken per group (no deadlock when the fullest group is full of cache)."""
+    pool, allocator, _ = make_grouped()
+    cached = allocator.alloc(SLOTS - 6)
+    allocator.drop(1, cached[: SLOTS // 2])
+    assert allocator.available_size() == 6  # group 0 is the fullest
+    free_ids = allocator.virtual_available_size()
+    assert allocator.allocatable_after_eviction(cached, cached.numel(), 0) == min(
+        free_ids + cached.numel(), 6 + (SLOTS - 6), (SLOTS // 2 + 6) + (SLOTS - 6 - SLOTS // 2))
+    assert allocator.allocatable_after_eviction(cached, cached.numel() - 10, 10) == SLOTS - 10

@@ -157,11 +157,26 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         """Free virtual ids (for the scheduler's conservation check)."""
         return super().available_size()
 
-    def fewest_slots_held(self, virtual: torch.Tensor) -> int:
-        """``min_g`` of how many of the ``virtual`` ids (``(n,)`` int) hold a slot in group ``g``."""
-        if virtual.numel() == 0:
-            return 0
-        return int((self.pool.group_loc[:, virtual.long()] > 0).sum(dim=1).min())
+    def allocatable_after_eviction(self, cached: torch.Tensor, cached_evictable: int, protected: int) -> int:
+        """How many tokens could be allocated once the unlocked part of the prefix cache is evicted.
+
+        Per group, the free slots plus what the cache's evictable tokens hold there, which is at
+        least the slots the cache holds in that group minus one per protected (locked) token; for
+        ids, the free ids plus the evictable tokens. The smallest of these: a lower bound.
+
+        Parameters
+        ----------
+        cached : torch.Tensor
+            ``(n,)`` int virtual ids the prefix cache holds.
+        cached_evictable : int
+            How many of them are evictable.
+        protected : int
+            How many of them are locked by running requests.
+        """
+        held = (self.pool.group_loc[:, cached.long()] > 0).sum(dim=1).tolist() if cached.numel() else \
+            [0] * len(self.group_allocators)
+        per_group = [a.available_size() + max(0, h - protected) for a, h in zip(self.group_allocators, held)]
+        return min(self.virtual_available_size() + cached_evictable, *per_group)
 
     def group_used_slots(self, group: int) -> int:
         """Physical slots of ``group`` in use."""
@@ -264,24 +279,23 @@ class LayerGroupPrefillBudget(PrefillBudget):
     * The prompt is charged in full (prefill writes every token to every group before the policy
       compresses them); a request's future decode tokens are charged
       :meth:`LayerGroupAllocator.decode_growth`.
-    * What evicting the prefix cache would free is counted in slots, not token ids: a cached token
-      whose group slots were dropped before it was cached frees fewer slots than ids. The count is a
-      lower bound, ``min_g (slots group g holds for cached tokens) - protected tokens``, taken once
-      per scheduling round.
+    * What evicting the prefix cache would free is counted per group in slots, not in token ids: a
+      cached token whose group slots were dropped before it was cached frees fewer slots than ids
+      (:meth:`LayerGroupAllocator.allocatable_after_eviction`, taken once per scheduling round).
     """
 
     allocator: LayerGroupAllocator
-    _evictable_slots: Optional[int] = None
+    _allocatable: Optional[int] = None
 
     def _available_and_evictable(self) -> int:
-        if self._evictable_slots is None:
+        if self._allocatable is None:
             tree = self.tree_cache
             if tree is None or not tree.supports_prefix_sharing():
-                self._evictable_slots = 0
+                self._allocatable = self.allocator.available_size()
             else:
-                held = self.allocator.fewest_slots_held(tree.all_values_flatten())
-                self._evictable_slots = max(0, min(held - tree.protected_size(), tree.evictable_size()))
-        return self.allocator.available_size() + self._evictable_slots
+                self._allocatable = self.allocator.allocatable_after_eviction(
+                    tree.all_values_flatten(), tree.evictable_size(), tree.protected_size())
+        return self._allocatable
 
     def reserve(self, extend_input_len: int, max_new_tokens: int, **kwargs: Any) -> None:
         super().reserve(extend_input_len, self.allocator.decode_growth(max_new_tokens), **kwargs)
