@@ -20,7 +20,7 @@ CONFIG_ENV = "SGLANG_PASK_CONFIG"
 
 # Policies that work end to end inside the layer-group KV pool (the names of sglang_pask.policy's
 # registry; a test keeps the two in step without importing torch here).
-KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyramidkv")
+KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyramidkv", "pask")
 
 # Newest tokens every layer group always keeps (--kv-window default).
 DEFAULT_KV_WINDOW = 8
@@ -109,18 +109,24 @@ class PaskConfig:
         How layers are grouped; each group keeps its own token set.
     kv_window : int
         The recent window: the newest tokens of a request that every layer group keeps.
+    pask_policy : str or None
+        The calibrated PASK policy file for ``--kv-policy pask`` (None: the one shipped for the
+        default model).
     """
 
     kv_policy: str = "full"
     kv_budget: float = 1.0
     kv_layer_groups: LayerGroupSpec = field(default_factory=lambda: LayerGroupSpec(count=1))
     kv_window: int = DEFAULT_KV_WINDOW
+    pask_policy: Optional[str] = None
 
     def __post_init__(self) -> None:
         if self.kv_policy not in KV_POLICIES:
             raise ConfigError(f"--kv-policy: unknown policy {self.kv_policy!r}; choose from {', '.join(KV_POLICIES)}")
         if not (0.0 < self.kv_budget <= 1.0):
             raise ConfigError(f"--kv-budget: must be in (0, 1], got {self.kv_budget}")
+        if self.pask_policy is not None and self.kv_policy != "pask":
+            raise ConfigError(f"--pask-policy applies to --kv-policy pask only (the policy is {self.kv_policy!r})")
         if self.kv_window < 0:
             raise ConfigError(f"--kv-window: must be a non-negative number of tokens, got {self.kv_window}")
 
@@ -133,7 +139,7 @@ class PaskConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "PaskConfig":
         """Inverse of :meth:`to_dict`; raises ConfigError on unknown keys or bad values."""
-        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window"}
+        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window", "pask_policy"}
         if unknown:
             raise ConfigError(f"unknown sglang-pask config keys: {', '.join(sorted(unknown))}")
         return cls(
@@ -141,6 +147,7 @@ class PaskConfig:
             kv_budget=float(data.get("kv_budget", 1.0)),
             kv_layer_groups=LayerGroupSpec.parse(str(data.get("kv_layer_groups", "1"))),
             kv_window=int(data.get("kv_window", DEFAULT_KV_WINDOW)),
+            pask_policy=data.get("pask_policy"),
         )
 
     def publish(self) -> None:
@@ -216,6 +223,13 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         metavar="TOKENS",
         help=f"Recent window: the newest tokens of a request every layer group keeps (default: {DEFAULT_KV_WINDOW}).",
     )
+    group.add_argument(
+        "--pask-policy",
+        default=None,
+        metavar="FILE",
+        help="Calibrated PASK policy file for --kv-policy pask (python -m sglang_pask.calibrate writes one; "
+        "default: the file shipped for the default model).",
+    )
 
 
 def from_namespace(args: argparse.Namespace) -> PaskConfig:
@@ -225,4 +239,5 @@ def from_namespace(args: argparse.Namespace) -> PaskConfig:
         kv_budget=args.kv_budget,
         kv_layer_groups=args.kv_layer_groups,
         kv_window=args.kv_window,
+        pask_policy=args.pask_policy,
     )

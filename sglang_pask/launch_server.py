@@ -89,15 +89,19 @@ def _model_config(model_path: str) -> Optional[dict]:
     return config.get("text_config", config)
 
 
-def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int) -> None:
-    """Check the layer groups, the policy and every group's budget against the model, as the
-    scheduler will apply them; raise ConfigError naming the flag and the numbers."""
+def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int, model_name: str) -> None:
+    """Check the layer groups, the policy (for pask its policy file) and every group's budget against
+    the model, as the scheduler will apply them; raise ConfigError naming the flag and the numbers."""
     ranges = config.kv_layer_groups.resolve(num_layers)
-    from sglang_pask.policy import get_policy, plan_group_budgets
+    from sglang_pask.policy import PolicyFileError, plan_group_budgets
+    from sglang_pask.policy.resolve import build_policy
 
     try:
-        plan_group_budgets(get_policy(config.kv_policy), config.kv_budget, [len(r) for r in ranges],
-                           config.kv_window, context_len)
+        policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges, model_name)
+    except PolicyFileError as err:
+        raise ConfigError(f"--pask-policy: {err}") from None
+    try:
+        plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window, context_len)
     except ValueError as err:
         raise ConfigError(f"--kv-budget/--kv-window: {err}") from None
 
@@ -135,7 +139,8 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     if model_config is not None and model_config.get("num_hidden_layers") is not None:
         context_len = _flag_value(sglang_argv, "--context-length") or model_config.get("max_position_embeddings")
         try:
-            check_kv_plan(config, int(model_config["num_hidden_layers"]), int(context_len or 2**31))
+            check_kv_plan(config, int(model_config["num_hidden_layers"]), int(context_len or 2**31),
+                          Path(model_path).name)
         except ConfigError as err:
             _fail(str(err))
     config.publish()

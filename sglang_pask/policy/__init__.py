@@ -5,13 +5,15 @@
 - :mod:`.budget`: group capacity, budget checks at start-up, the per-group split.
 - :mod:`.registry`: ``--kv-policy`` names (:func:`get_policy`, :func:`available_policies`).
 - One module per policy: :mod:`.full`, :mod:`.streaming_llm`, :mod:`.h2o`, :mod:`.snapkv`,
-  :mod:`.pyramidkv`.
+  :mod:`.pyramidkv`, :mod:`.pask` (with its calibrated table's file form in :mod:`.pask_file`).
 """
 
 from .base import KeepDecision, KVPolicy, RankingPolicy, keep_highest
 from .budget import capacity, check_budget, plan_group_budgets
 from .full import FullPolicy
 from .h2o import H2OPolicy
+from .pask import PaskPolicy, PaskTable
+from .pask_file import PolicyFileError, load_policy_file
 from .pyramidkv import PyramidKVPolicy
 from .registry import available_policies, get_policy, register_policy
 from .snapkv import SnapKVPolicy
@@ -22,6 +24,9 @@ __all__ = [
     "H2OPolicy",
     "KVPolicy",
     "KeepDecision",
+    "PaskPolicy",
+    "PaskTable",
+    "PolicyFileError",
     "PyramidKVPolicy",
     "RankingPolicy",
     "SnapKVPolicy",
@@ -31,6 +36,7 @@ __all__ = [
     "check_budget",
     "get_policy",
     "keep_highest",
+    "load_policy_file",
     "plan_group_budgets",
     "register_policy",
 ]

@@ -60,11 +60,18 @@ class KVPolicy(ABC):
     scores_from_window : bool
         Whether the scores passed to :meth:`accumulate_scores` come from the last ``window`` queries
         (True, SnapKV) or from every query since the previous call (False, H2O).
+    uses_roles : bool
+        Whether :meth:`select` reads roles; when False the caller may pass any role values.
     """
 
     name: ClassVar[str] = ""
     needs_scores: ClassVar[bool] = False
     scores_from_window: ClassVar[bool] = True
+    uses_roles: ClassVar[bool] = False
+
+    def for_group(self, group: int) -> "KVPolicy":
+        """The policy as it decides for layer group ``group`` (itself unless overridden)."""
+        return self
 
     @property
     def reserved_tokens(self) -> int:

@@ -28,6 +28,7 @@ _TORCH_NATIVE_BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchN
 def register(config: PaskConfig) -> None:
     """Register every hook for ``config``; SGLang's load_plugins() applies them afterwards."""
     from sglang_pask.srt import kv_metrics
+    from sglang_pask.srt.api_contract import contract_error
     from sglang_pask.srt import layer_group_runtime as groups
     from sglang_pask.srt.kv_stats import KV_STATS_KEY, PaskOutputStreamer
     from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend
@@ -35,7 +36,6 @@ def register(config: PaskConfig) -> None:
     from sglang_pask.srt.role_grammar import RoleTrackingGrammarBackend
     from sglang_pask.srt.role_output import (
         ROLE_KEYS,
-        contract_error_with_role_flag,
         drop_absent_fields,
         sampling_params_with_role_flag,
     )
@@ -45,8 +45,9 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_XGRAMMAR_BACKEND, RoleTrackingGrammarBackend, HookType.REPLACE)
     # Responses: kv_roles / kv_prompt_roles when asked, kv_stats always.
     HookRegistry.register(_OUTPUT_STREAMER_CLASS, lambda result, *a, **k: PaskOutputStreamer, HookType.AFTER)
-    # return_kv_roles (tokenizer manager): accept the sampling parameter, report only when asked.
-    HookRegistry.register(_GENERATE_CONTRACT, contract_error_with_role_flag, HookType.AROUND)
+    # return_kv_roles (tokenizer manager): accept the sampling parameter, report only when asked;
+    # calibration probes are checked there too.
+    HookRegistry.register(_GENERATE_CONTRACT, contract_error, HookType.AROUND)
     HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_role_flag(sampling_params_with_role_flag), HookType.AFTER)
     HookRegistry.register(_UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND)
     # Layer-group KV pool (scheduler): pool, allocator, views, attention, leak check.
@@ -56,6 +57,7 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_CONFIGURATOR + ".configure", groups.virtual_capacity, HookType.AFTER)
     HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free", groups.release_request, HookType.AROUND)
     HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free_rows", groups.release_rows, HookType.AROUND)
+    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".alloc", groups.remember_rows, HookType.AFTER)
     HookRegistry.register(_INVARIANT_CHECKER + "._check_full_pool", groups.check_full_pool, HookType.AROUND)
     HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
     HookRegistry.register(_PREFILL_ADDER + "._get_running_request_total_token_offset", running_decode_reserve,

@@ -38,6 +38,30 @@ from sglang_pask.structure import Role
 
 # A function that frees group ``g``'s slots of some positions of a request row: (row, group, positions).
 DropFn = Callable[[int, int, Tensor], None]
+# A function that gives the roles of some positions of a request row: (row, positions) -> roles.
+RolesFn = Callable[[int, Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class CalibrationProbe:
+    """What a calibration request asks of the views (``python -m sglang_pask.calibrate``).
+
+    Attributes
+    ----------
+    drop_group, drop_role : int or None
+        Drop every private token of this role in this layer group, keep everything else.
+    distortion_budget : float or None
+        Measure, per layer group, the attention-output distortion of keeping this budget's
+        score-ordered subset of the prompt (the prompt's last ``window`` queries; nothing is dropped).
+    """
+
+    drop_group: Optional[int] = None
+    drop_role: Optional[int] = None
+    distortion_budget: Optional[float] = None
+
+
+# A function that gives a row's calibration probe, if its request carries one.
+ProbeFn = Callable[[int], Optional[CalibrationProbe]]
 
 
 @dataclass
@@ -82,6 +106,9 @@ class RequestView:
     groups: list[GroupView]
     shared_upto: int
     seq_len: int = 0
+    probe: Optional[CalibrationProbe] = None
+    # Per group: [sum of relative errors, layers measured] (probe.distortion_budget).
+    distortion: list[list[float]] = field(default_factory=list)
 
 
 def _add_padded(a: Optional[Tensor], b: Tensor) -> Tensor:
@@ -109,14 +136,20 @@ class KVViewTable:
         Frees a group's slots of a row's positions.
     slack : int
         During decode, compress once a group's private tokens exceed capacity by this many.
+    roles_of : RolesFn, optional
+        Roles of a row's positions, for policies that use roles (free text for all when omitted).
+    probe_of : ProbeFn, optional
+        A row's calibration probe, read when its view is created.
     """
 
     DECODE_SLACK = 4
 
     def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn,
-                 slack: int = DECODE_SLACK,
-                 device: torch.device | str = "cpu"):
+                 slack: int = DECODE_SLACK, device: torch.device | str = "cpu", roles_of: Optional[RolesFn] = None,
+                 probe_of: Optional[ProbeFn] = None):
         self.device = torch.device(device)
+        self.roles_of = roles_of
+        self.probe_of = probe_of
         self.policy = policy
         self.group_budgets = list(group_budgets)
         self.window = window
@@ -139,7 +172,9 @@ class KVViewTable:
         """The row's view, created for a new request whose first ``prefix_len`` tokens are shared."""
         found = self.views.get(row)
         if found is None:
-            found = RequestView([GroupView() for _ in self.group_budgets], shared_upto=prefix_len)
+            found = RequestView([GroupView() for _ in self.group_budgets], shared_upto=prefix_len,
+                                probe=self.probe_of(row) if self.probe_of is not None else None,
+                                distortion=[[0.0, 0] for _ in self.group_budgets])
             self.views[row] = found
             self.peak_requests = max(self.peak_requests, len(self.views))
         return found
@@ -167,8 +202,7 @@ class KVViewTable:
         view.pending = _add_padded(view.pending, dense)
         view.pending_queries = num_queries
 
-    def finish_group(self, row: int, group: int, seq_len: int, is_extend: bool,
-                     req_roles: Optional[Callable[[Tensor], Tensor]] = None) -> None:
+    def finish_group(self, row: int, group: int, seq_len: int, is_extend: bool) -> None:
         """The group's last layer ran for this step: fold in its scores and compress if due.
 
         Parameters
@@ -181,12 +215,15 @@ class KVViewTable:
             The request's length after this step.
         is_extend : bool
             Whether the step was an extend (prefill) pass.
-        req_roles : callable, optional
-            Roles of positions (``(n,)`` int64 -> ``(n,)`` int64); free text when omitted.
         """
         request = self.views[row]
         view = request.groups[group]
         self._fold_scores(view)
+        probe = request.probe
+        if probe is not None and probe.drop_group is not None:
+            if probe.drop_group == group:
+                self._drop_role(row, group, seq_len, probe.drop_role)
+            return
         if not self.compresses:
             return
         budget = self.group_budgets[group]
@@ -196,9 +233,10 @@ class KVViewTable:
         candidates = held[held >= request.shared_upto]
         if candidates.numel() <= cap + (0 if is_extend else self.slack):
             return
+        policy = self.policy.for_group(group)
         roles = (
-            req_roles(candidates)
-            if req_roles is not None
+            self.roles_of(row, candidates)
+            if policy.uses_roles and self.roles_of is not None
             else torch.full_like(candidates, int(Role.FREE_TEXT))
         )
         scores = None
@@ -207,11 +245,30 @@ class KVViewTable:
             known = view.scores if view.scores is not None else torch.zeros(0, device=self.device)
             inside = candidates < known.numel()
             scores[inside] = known[candidates[inside]]
-        decision = self.policy.select(candidates, roles, scores, cap, self.window, seq_len)
+        decision = policy.select(candidates, roles, scores, cap, self.window, seq_len)
         if decision.evict.numel():
             self.drop(row, group, candidates[decision.evict])
         kept = torch.cat((held[held < request.shared_upto], candidates[decision.keep]))
         view.kept, view.upto = kept, seq_len
+
+    def _drop_role(self, row: int, group: int, seq_len: int, role: Optional[int]) -> None:
+        """Calibration: drop the row's private tokens of ``role`` from this group."""
+        request = self.views[row]
+        view = request.groups[group]
+        held = view.positions(seq_len, self.device)
+        private = held[held >= request.shared_upto]
+        roles = self.roles_of(row, private) if self.roles_of is not None else torch.full_like(private, -1)
+        dropped = private[roles == role]
+        if dropped.numel():
+            self.drop(row, group, dropped)
+        view.kept = torch.cat((held[held < request.shared_upto], private[roles != role]))
+        view.upto = seq_len
+
+    def add_distortion(self, row: int, group: int, relative_error: float) -> None:
+        """Record one layer's attention-output distortion for the row's probe."""
+        totals = self.views[row].distortion[group]
+        totals[0] += relative_error
+        totals[1] += 1
 
     def finish_step(self, row: int, seq_len: int, is_extend: bool) -> None:
         """Every group ran: after an extend, everything so far counts as shared (the radix cache

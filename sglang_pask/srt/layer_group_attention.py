@@ -23,6 +23,7 @@ from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask.kernels.window_scores import sequence_window_scores
+from sglang_pask.policy.distortion import attention_distortion
 from sglang_pask.srt.kv_views import KVViewTable
 from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
 
@@ -128,6 +129,13 @@ class LayerGroupTorchNativeAttnBackend(TorchNativeAttnBackend):
                     enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num, scale=layer.scaling, is_causal=False,
                 )[0]
             outputs[start:start + new] = out.movedim(0, 1)
+            probe = self.views.views[row].probe
+            if is_extend and probe is not None and probe.distortion_budget is not None:
+                window_q = query[:, max(0, new - self.views.window):, :].movedim(0, 1)
+                self.views.add_distortion(row, group, attention_distortion(
+                    window_q, keys.movedim(0, 1), values.movedim(0, 1), layer.scaling, probe.distortion_budget,
+                    self.views.window,
+                ))
             if score:
                 scored = self.views.score_queries(new)
                 window_q = query[:, new - scored:, :].movedim(0, 1).float()

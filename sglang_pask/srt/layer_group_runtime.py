@@ -19,6 +19,7 @@ One scheduler process holds one pool: :func:`active` returns it (for ``/server_i
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Optional
 
 import msgspec
@@ -26,8 +27,10 @@ import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
 from sglang_pask.config import PaskConfig
-from sglang_pask.policy import KVPolicy, get_policy, plan_group_budgets
+from sglang_pask.policy import KVPolicy, plan_group_budgets
+from sglang_pask.policy.resolve import build_policy
 from sglang_pask.srt.kv_views import KVViewTable, RequestView
+from sglang_pask.srt.request_roles import RequestRoles
 from sglang_pask.srt.layer_group_pool import (
     LayerGroupAllocator,
     LayerGroupLayout,
@@ -48,6 +51,7 @@ class ActivePool:
     pool: LayerGroupMHAKVPool
     allocator: Optional[LayerGroupAllocator] = None
     views: Optional[KVViewTable] = None
+    requests: Optional[RequestRoles] = None
 
     def kept_tokens(self, row: int, request: RequestView, req_to_token: torch.Tensor) -> list[int]:
         """``(num_groups,)``: the positions each group read for the request at its last step that the
@@ -117,7 +121,8 @@ def pool_builder(config: PaskConfig):
             raise RuntimeError("sglang-pask layer groups do not support pipeline parallelism (the pool starts "
                                f"at layer {pool.start_layer})")
         ranges = config.kv_layer_groups.resolve(pool.layer_num)
-        policy = get_policy(config.kv_policy)
+        policy = build_policy(config.kv_policy, config.pask_policy, pool.layer_num, ranges,
+                              Path(configurator.model_config.model_path).name)
         budgets = plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window,
                                      configurator.model_config.context_len)
         pool.attach_layout(LayerGroupLayout(
@@ -153,8 +158,10 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
         allocator.drop(group, req_to_token[row, positions])
 
     state.allocator = allocator
+    state.requests = RequestRoles()
     state.views = KVViewTable(state.policy, state.budgets, state.config.kv_window, drop, slack=slack,
-                              device=req_to_token.device)
+                              device=req_to_token.device, roles_of=state.requests.roles_of,
+                              probe_of=state.requests.probe_of)
     state.pool.views = state.views
     return allocator
 
@@ -177,13 +184,16 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
     if state is not None and state.views is not None:
         state.views.release(row)
         if request is not None:
-            setattr(req, STATS_ATTRIBUTE, {
+            stats = {
                 "full_tokens": request.seq_len,
                 "kept_tokens": kept,
                 "budget": state.config.kv_budget,
                 "group_budgets": state.budgets,
                 "policy": state.config.kv_policy,
-            })
+            }
+            if request.probe is not None and request.probe.distortion_budget is not None:
+                stats["distortion"] = [total / max(count, 1) for total, count in request.distortion]
+            setattr(req, STATS_ATTRIBUTE, stats)
     return result
 
 
@@ -191,9 +201,18 @@ def release_rows(original: Any, req_pool: Any, indices: Any) -> Any:
     """AROUND hook of ``ReqToTokenPool.free_rows``: rows freed without a request leave the views."""
     result = original(req_pool, indices)
     state = _ACTIVE
-    if state is not None and state.views is not None:
+    if state is not None and state.views is not None and state.requests is not None:
         for row in (indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)):
             state.views.release(int(row))
+            state.requests.forget(int(row))
+    return result
+
+
+def remember_rows(result: Any, req_pool: Any, reqs: Any, *args: Any, **kwargs: Any) -> Any:
+    """AFTER hook of ``ReqToTokenPool.alloc``: each admitted request's row, for role lookups."""
+    state = _ACTIVE
+    if state is not None and state.requests is not None:
+        state.requests.on_alloc(result, req_pool, reqs)
     return result
 
 

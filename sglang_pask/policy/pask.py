@@ -1,0 +1,201 @@
+"""``pask``: parser-aware structural KV persistence (PASK, arXiv 2608.28276).
+
+Each layer group ``g`` has, for every structural role ``r``, a protection *floor* ``f[g, r]`` in
+[0, 1] (from task-error sensitivity, calibrated offline) and a *residual share* of the total budget
+(from attention-output distortion). Online, for one (request, group):
+
+1. the recent window is kept;
+2. for each role ``r`` among the candidates, the ``ceil(f[g, r] * count_r)`` best-scored candidates of
+   that role are protected;
+3. the rest of the capacity is filled by score.
+
+If the window and the floors together exceed the capacity, the floors lose their lowest-scored
+tokens first: a group never keeps more than its capacity. Only table lookups, sorts and a top-k run
+on the hot path. With every floor at zero this is the score-ordered fill.
+
+The group budgets follow the residual shares: group ``g`` with ``L_g`` of the ``L`` layers gets
+``b_g = share_g * t * L / L_g`` of total budget ``t`` (the layer-weighted mean stays ``t``), clipped
+at 1 with the excess handed to the other groups in proportion to their shares.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import ClassVar, Optional
+
+import torch
+from torch import Tensor
+
+from sglang_pask.structure.roles import Role
+
+from .base import KeepDecision, KVPolicy
+from .budget import check_layer_split
+from .registry import register_policy
+
+NUM_ROLES = len(Role)
+
+
+@dataclass(frozen=True)
+class PaskTable:
+    """A calibrated PASK table (see :mod:`.pask_file` for its file form).
+
+    Attributes
+    ----------
+    floors : tuple[tuple[float, ...], ...]
+        ``(num_groups, NUM_ROLES)``: the floor of each role (by :class:`Role` value) in each group.
+    residual_shares : tuple[float, ...]
+        ``(num_groups,)``, summing to 1: each group's share of the total KV budget.
+    layers_per_group : tuple[int, ...]
+        ``(num_groups,)`` layers in each group.
+    role_frequencies : tuple[float, ...]
+        ``(NUM_ROLES,)``: each role's share of the tokens in the calibration data (sums to 1).
+    """
+
+    floors: tuple[tuple[float, ...], ...]
+    residual_shares: tuple[float, ...]
+    layers_per_group: tuple[int, ...]
+    role_frequencies: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        groups = len(self.layers_per_group)
+        if groups < 1 or any(n < 1 for n in self.layers_per_group):
+            raise ValueError(f"layers_per_group must list at least one group of at least one layer, "
+                             f"got {list(self.layers_per_group)}")
+        if len(self.floors) != groups or any(len(row) != NUM_ROLES for row in self.floors):
+            raise ValueError(f"floors must be {groups} rows of {NUM_ROLES} roles")
+        if any(not 0.0 <= f <= 1.0 for row in self.floors for f in row):
+            raise ValueError("every floor must be in [0, 1]")
+        if len(self.residual_shares) != groups or any(s < 0 for s in self.residual_shares):
+            raise ValueError(f"residual_shares must be {groups} non-negative numbers")
+        if not math.isclose(sum(self.residual_shares), 1.0, abs_tol=1e-6):
+            raise ValueError(f"residual_shares must sum to 1, got {sum(self.residual_shares):.6g}")
+        if len(self.role_frequencies) != NUM_ROLES or any(f < 0 for f in self.role_frequencies):
+            raise ValueError(f"role_frequencies must be {NUM_ROLES} non-negative numbers")
+
+    def group_budgets(self, total_budget: float) -> list[float]:
+        """``(num_groups,)`` budgets from the residual shares (module docstring), each in (0, 1]."""
+        layers = list(self.layers_per_group)
+        total_layers = sum(layers)
+        budgets = [0.0] * len(layers)
+        open_groups = set(range(len(layers)))
+        mass = total_budget * total_layers  # layer-tokens still to place
+        while open_groups:
+            shares = sum(self.residual_shares[g] for g in open_groups)
+            clipped = False
+            for g in sorted(open_groups):
+                share = self.residual_shares[g] / shares if shares > 0 else 1.0 / len(open_groups)
+                if share * mass / layers[g] >= 1.0:
+                    budgets[g] = 1.0
+                    mass -= layers[g]
+                    open_groups.discard(g)
+                    clipped = True
+            if not clipped:
+                for g in open_groups:
+                    share = self.residual_shares[g] / shares if shares > 0 else 1.0 / len(open_groups)
+                    budgets[g] = share * mass / layers[g]
+                break
+        return [max(b, 1e-9) for b in budgets]
+
+    def protected_fraction(self, group: int) -> float:
+        """The expected fraction of a request's tokens that group ``group``'s floors protect."""
+        return sum(f * p for f, p in zip(self.floors[group], self.role_frequencies))
+
+
+def check_floors_fit(table: PaskTable, budgets: list[float]) -> None:
+    """Raise ValueError if some group's floors protect more than its budget (by role frequencies)."""
+    for group, budget in enumerate(budgets):
+        protected = table.protected_fraction(group)
+        if protected > budget + 1e-9:
+            raise ValueError(
+                f"the floors of layer group {group} protect an expected {protected:.3f} of the tokens, "
+                f"more than the group's budget {budget:.3f}: lower those floors or raise --kv-budget"
+            )
+
+
+@register_policy("pask")
+@dataclass(frozen=True)
+class PaskPolicy(KVPolicy):
+    """Role floors first, then the residual by score (module docstring).
+
+    Attributes
+    ----------
+    table : PaskTable or None
+        The calibrated table; None means every floor at zero and uniform shares.
+    group : int or None
+        The layer group this instance decides for (:meth:`for_group`); None uses zero floors.
+    """
+
+    table: Optional[PaskTable] = None
+    group: Optional[int] = None
+    needs_scores: ClassVar[bool] = True
+    uses_roles: ClassVar[bool] = True
+
+    def for_group(self, group: int) -> "PaskPolicy":
+        """The policy as it decides for layer group ``group`` (that group's floors)."""
+        return dataclasses.replace(self, group=group)
+
+    def group_budgets(self, total_budget: float, num_groups: int, layers_per_group: list[int]) -> list[float]:
+        """Budgets from the table's residual shares; uniform without a table.
+
+        Raises
+        ------
+        ValueError
+            If the table was calibrated for other layer groups, or its floors exceed a budget.
+        """
+        check_layer_split(total_budget, num_groups, layers_per_group)
+        if self.table is None:
+            return [float(total_budget)] * num_groups
+        if list(self.table.layers_per_group) != list(layers_per_group):
+            raise ValueError(
+                f"the PASK policy was calibrated for layer groups of {list(self.table.layers_per_group)} layers, "
+                f"the server has {list(layers_per_group)}"
+            )
+        budgets = self.table.group_budgets(total_budget)
+        check_floors_fit(self.table, budgets)
+        return budgets
+
+    def choose(self, positions: Tensor, roles: Tensor, scores: Tensor | None, capacity: int, window: int,
+               seq_len: int) -> KeepDecision:
+        """Window, then floors (best-scored first within each role), then the residual by score."""
+        assert scores is not None  # checked by select (needs_scores)
+        n = positions.numel()
+        tier = torch.zeros(n, dtype=torch.int64, device=positions.device)
+        if self.table is not None and self.group is not None:
+            floors = torch.tensor(self.table.floors[self.group], dtype=torch.float64, device=positions.device)
+            tier[floor_protected(roles, scores, floors)] = 1
+        tier[positions >= seq_len - window] = 2
+        order = torch.sort(scores.float(), descending=True, stable=True).indices
+        order = order[torch.sort(tier[order], descending=True, stable=True).indices]
+        return KeepDecision(torch.sort(order[:capacity]).values, torch.sort(order[capacity:]).values)
+
+
+def floor_protected(roles: Tensor, scores: Tensor, floors: Tensor) -> Tensor:
+    """Which candidates their role's floor protects.
+
+    Parameters
+    ----------
+    roles : Tensor
+        ``(n,)`` int64 role values.
+    scores : Tensor
+        ``(n,)`` float scores.
+    floors : Tensor
+        ``(NUM_ROLES,)`` float floors.
+
+    Returns
+    -------
+    Tensor
+        ``(n,)`` bool: the ``ceil(floor[r] * count_r)`` best-scored candidates of each role ``r``.
+    """
+    n = roles.numel()
+    by_score = torch.sort(scores.float(), descending=True, stable=True).indices
+    order = by_score[torch.sort(roles[by_score], stable=True).indices]  # by role, best score first
+    sorted_roles = roles[order]
+    counts = torch.bincount(roles, minlength=NUM_ROLES)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(n, device=roles.device) - starts[sorted_roles]
+    quota = torch.ceil(floors[sorted_roles] * counts[sorted_roles] - 1e-9)
+    protected = torch.zeros(n, dtype=torch.bool, device=roles.device)
+    protected[order] = rank < quota
+    return protected

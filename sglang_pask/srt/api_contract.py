@@ -1,0 +1,26 @@
+"""SGLang's ``/generate`` contract check, extended with this project's request fields.
+
+* ``return_kv_roles`` (a sampling parameter, :mod:`.role_output`);
+* ``custom_params["pask_probe"]``, a calibration request's probe (:mod:`.request_roles`): checked
+  here so that a malformed probe is a clear HTTP 400, not a scheduler-side surprise.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sglang_pask.srt.request_roles import PROBE_PARAM, probe_error
+from sglang_pask.srt.role_output import contract_error_with_role_flag
+
+
+def contract_error(original: Any, body: Any) -> Optional[str]:
+    """AROUND hook of ``api_contract.generate_contract_error``."""
+    if isinstance(body, dict):
+        params = body.get("sampling_params")
+        for p in params if isinstance(params, list) else [params]:
+            custom = p.get("custom_params") if isinstance(p, dict) else None
+            if isinstance(custom, dict) and PROBE_PARAM in custom:
+                error = probe_error(custom[PROBE_PARAM])
+                if error is not None:
+                    return error
+    return contract_error_with_role_flag(original, body)

@@ -1,0 +1,116 @@
+"""``--kv-policy pask`` in a real SGLang server on the tiny model, and the calibration probes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import requests
+
+from sglang_pask.policy import PaskTable
+from sglang_pask.policy.pask import NUM_ROLES
+from sglang_pask.policy.pask_file import save_policy_file, table_to_json
+from sglang_pask.server_process import ServerProcess
+from sglang_pask.structure.roles import Role
+
+RANGES = [range(0, 1), range(1, 2)]
+PROMPT = "<|im_start|>user\nWhat is the weather in Paris and in Rome today, in celsius?<|im_end|>\n<|im_start|>assistant\n"
+SCHEMA = json.dumps({"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]},
+                                                      "days": {"type": "integer", "minimum": 1, "maximum": 9}},
+                     "required": ["city", "days"]})
+
+
+def write_policy(path: Path, model_dir: Path, num_layers: int = 2) -> Path:
+    floors = [0.0] * NUM_ROLES
+    floors[Role.USER_QUESTION] = 1.0
+    table = PaskTable(floors=(tuple(floors), tuple([0.0] * NUM_ROLES)), residual_shares=(0.5, 0.5),
+                      layers_per_group=(1, 1), role_frequencies=tuple([1.0 / NUM_ROLES] * NUM_ROLES))
+    data = table_to_json(table, model_dir.name, RANGES, {"note": "written by a test"})
+    data["model"]["num_layers"] = num_layers
+    save_policy_file(path, data)
+    return path
+
+
+@pytest.fixture(scope="module")
+def pask_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    folder = tmp_path_factory.mktemp("pask")
+    policy = write_policy(folder / "policy.json", tiny_model_dir)
+    server = ServerProcess(
+        ["--model-path", str(tiny_model_dir), "--constrained-json-disable-any-whitespace", "--kv-policy", "pask",
+         "--pask-policy", str(policy), "--kv-budget", "0.5", "--kv-layer-groups", "0-0,1-1", "--kv-window", "4"],
+        folder / "server.log",
+    )
+    try:
+        yield server.wait_ready(timeout_s=300)
+    finally:
+        server.stop()
+
+
+def generate(server: ServerProcess, **params) -> requests.Response:
+    return requests.post(f"{server.url}/generate",
+                         json={"text": PROMPT, "sampling_params": {"temperature": 0, **params}}, timeout=120)
+
+
+@pytest.mark.server
+def test_pask_serves_grammar_constrained_requests_within_budget(pask_server):
+    for grammar in ({"json_schema": SCHEMA}, {"regex": "(yes|no)[0-9]{2}"}, {"ebnf": 'root ::= "SELECT " [a-z]+'}):
+        response = generate(pask_server, max_new_tokens=40, **grammar)
+        assert response.status_code == 200, response.text
+        stats = response.json()["meta_info"]["kv_stats"]
+        assert stats["policy"] == "pask" and len(stats["group_budgets"]) == 2
+        for kept, budget in zip(stats["kept_tokens"], stats["group_budgets"]):
+            # b of the prompt and of the output, plus the window and the decode slack.
+            assert kept <= budget * stats["full_tokens"] + 4 + 4 + 2
+
+
+@pytest.mark.server
+def test_calibration_probe_drops_one_role_in_one_group(pask_server):
+    requests.post(f"{pask_server.url}/flush_cache", timeout=30)
+    response = generate(pask_server, max_new_tokens=1, return_kv_roles=True,
+                        custom_params={"pask_probe": {"drop_group": 1, "drop_role": "user_question"}})
+    assert response.status_code == 200, response.text
+    meta = response.json()["meta_info"]
+    question = meta["kv_prompt_roles"].count("user_question")
+    assert question > 5
+    stats = meta["kv_stats"]
+    assert stats["kept_tokens"] == [stats["full_tokens"], stats["full_tokens"] - question]
+
+
+@pytest.mark.server
+def test_calibration_probe_measures_distortion(pask_server):
+    response = generate(pask_server, max_new_tokens=1, custom_params={"pask_probe": {"distortion_budget": 0.3}})
+    assert response.status_code == 200, response.text
+    distortion = response.json()["meta_info"]["kv_stats"]["distortion"]
+    assert len(distortion) == 2 and all(0.0 < d < 10.0 for d in distortion)
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("probe", [{"drop_group": 1}, {"drop_group": -1, "drop_role": "boundary"},
+                                   {"drop_group": 0, "drop_role": "nonsense"}, {"distortion_budget": 2}, "x"])
+def test_malformed_probes_are_refused(pask_server, probe):
+    response = generate(pask_server, max_new_tokens=1, custom_params={"pask_probe": probe})
+    assert response.status_code == 400 and "pask_probe" in response.text
+
+
+def launch(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sglang_pask.launch_server", *args], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_pask_start_up_errors(tiny_model_dir, tmp_path):
+    model = ["--model-path", str(tiny_model_dir), "--kv-layer-groups", "0-0,1-1"]
+    missing = launch(*model, "--kv-policy", "pask")
+    assert missing.returncode == 2 and "no calibrated PASK policy ships" in missing.stderr
+    wrong_policy = launch(*model, "--kv-policy", "snapkv", "--pask-policy", "x.json")
+    assert wrong_policy.returncode == 2 and "--pask-policy applies to --kv-policy pask only" in wrong_policy.stderr
+    other_model = write_policy(tmp_path / "other.json", tiny_model_dir, num_layers=4)
+    mismatch = launch(*model, "--kv-policy", "pask", "--pask-policy", str(other_model))
+    assert mismatch.returncode == 2 and "4-layer model" in mismatch.stderr
+    broken = tmp_path / "broken.json"
+    broken.write_text("{")
+    malformed = launch(*model, "--kv-policy", "pask", "--pask-policy", str(broken))
+    assert malformed.returncode == 2 and "not valid JSON" in malformed.stderr
