@@ -19,7 +19,8 @@ from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBack
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 
 from sglang_pask.config import KV_POLICIES  # noqa: E402
-from sglang_pask.policy import available_policies, capacity, get_policy  # noqa: E402
+from sglang_pask.policy import PaskTable, available_policies, capacity, get_policy  # noqa: E402
+from sglang_pask.structure.roles import Role  # noqa: E402
 from sglang_pask.srt.kv_views import KVViewTable  # noqa: E402
 from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend  # noqa: E402
 from sglang_pask.srt.layer_group_pool import (  # noqa: E402
@@ -38,7 +39,7 @@ def make_pool(pool_class=LayerGroupMHAKVPool, dtype=torch.float32):
                       device="cpu", enable_memory_saver=False)
 
 
-def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4):
+def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, **options):
     """A layer-group pool (one layer per group), its allocator and view table, and req_to_token."""
     pool = make_pool()
     budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
@@ -49,7 +50,7 @@ def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4):
     def drop(row, group, positions):
         allocator.drop(group, req_to_token[row, positions])
 
-    pool.views = KVViewTable(get_policy(policy), budgets, window, drop, slack=2)
+    pool.views = KVViewTable(get_policy(policy, **options), budgets, window, drop, slack=2, roles_of=roles_of)
     return pool, allocator, req_to_token
 
 
@@ -264,3 +265,22 @@ def test_admission_counts_what_evicting_the_cache_frees_per_group():
     assert allocator.allocatable_after_eviction(cached, cached.numel(), 0) == min(
         free_ids + cached.numel(), 6 + (SLOTS - 6), (SLOTS // 2 + 6) + (SLOTS - 6 - SLOTS // 2))
     assert allocator.allocatable_after_eviction(cached, cached.numel() - 10, 10) == SLOTS - 10
+def test_pask_floors_protect_their_role_in_their_group_only():
+    floors = [0.0] * len(Role)
+    floors[Role.SCHEMA_PARAM_NAME] = 1.0
+    table = PaskTable(floors=(tuple([0.0] * len(Role)), tuple(floors)), residual_shares=(0.5, 0.5),
+                      layers_per_group=(1, 1), role_frequencies=tuple([1 / len(Role)] * len(Role)))
+
+    def roles_of(row, positions):
+        return torch.where(positions % 5 == 0, int(Role.SCHEMA_PARAM_NAME), int(Role.FREE_TEXT))
+
+    pool, allocator, req_to_token = make_grouped("pask", 0.5, roles_of=roles_of, table=table)
+    backend = backend_for(pool, req_to_token)
+    ids = allocator.alloc(40)
+    req_to_token[1, :40] = ids
+    run_layers(backend, forward_batch([1], [40], [40], ids), 40, torch.Generator().manual_seed(9))
+    protected = set(range(0, 40, 5))
+    kept = [set(pool.views.views[1].groups[g].kept.tolist()) for g in range(2)]
+    assert len(kept[0]) == len(kept[1]) == 20
+    assert protected <= kept[1]
+    assert not protected <= kept[0]  # group 0 has no floors (this seed's scores leave some out)
