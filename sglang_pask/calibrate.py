@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
+import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -158,7 +159,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = time.time()
     flags = ["--model-path", model_path, "--kv-policy", "full", "--kv-layer-groups", str(groups_spec),
              "--kv-window", str(args.kv_window), "--disable-radix-cache", *shlex.split(args.server_args)]
-    log_path = Path(args.out).with_suffix(".server.log")
+    log_path = Path(tempfile.mkdtemp(prefix="sglang-pask-calibrate-")) / "server.log"
+    print(f"server log: {log_path}", file=sys.stderr)
     with ServerProcess(flags, log_path) as server:
         server.wait_ready(timeout_s=900)
 
