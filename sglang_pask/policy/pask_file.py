@@ -54,7 +54,8 @@ def table_to_json(table: PaskTable, model_name: str, layer_ranges: Sequence[rang
 
 
 def save_policy_file(path: str | Path, data: dict[str, Any]) -> None:
-    """Write a policy file (pretty-printed JSON)."""
+    """Write a policy file (pretty-printed JSON), creating its folder if needed."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 
