@@ -90,6 +90,7 @@ def test_calibration_probe_measures_distortion(pask_server):
 
 @pytest.mark.server
 @pytest.mark.parametrize("probe", [{"drop_group": 1}, {"drop_group": -1, "drop_role": "boundary"},
+                                   {"drop_group": 2, "drop_role": "boundary"},
                                    {"drop_group": 0, "drop_role": "nonsense"}, {"distortion_budget": 2}, "x"])
 def test_malformed_probes_are_refused(pask_server, probe):
     response = generate(pask_server, max_new_tokens=1, custom_params={"pask_probe": probe})

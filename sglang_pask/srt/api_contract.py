@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from sglang_pask.config import PaskConfig
 from sglang_pask.srt.request_roles import PROBE_PARAM, probe_error
 from sglang_pask.srt.role_output import contract_error_with_role_flag
 
@@ -20,7 +21,19 @@ def contract_error(original: Any, body: Any) -> Optional[str]:
         for p in params if isinstance(params, list) else [params]:
             custom = p.get("custom_params") if isinstance(p, dict) else None
             if isinstance(custom, dict) and PROBE_PARAM in custom:
-                error = probe_error(custom[PROBE_PARAM])
+                error = probe_error(custom[PROBE_PARAM]) or _group_error(custom[PROBE_PARAM])
                 if error is not None:
                     return error
     return contract_error_with_role_flag(original, body)
+
+
+def _group_error(probe: dict) -> Optional[str]:
+    """Why a probe's ``drop_group`` names no layer group of this server, or None."""
+    config = PaskConfig.from_env()
+    if config is None or "drop_group" not in probe:
+        return None
+    spec = config.kv_layer_groups
+    groups = spec.count if spec.count is not None else len(spec.ranges or ())
+    if probe["drop_group"] >= groups:
+        return f"{PROBE_PARAM}: drop_group {probe['drop_group']} is not a layer group of this server (it has {groups})"
+    return None
