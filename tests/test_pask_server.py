@@ -78,6 +78,12 @@ def test_calibration_probe_drops_one_role_in_one_group(pask_server):
     assert question > 5
     stats = meta["kv_stats"]
     assert stats["kept_tokens"] == [stats["full_tokens"], stats["full_tokens"] - question]
+    requests.post(f"{pask_server.url}/flush_cache", timeout=30)
+    everywhere = generate(pask_server, max_new_tokens=1,
+                          custom_params={"pask_probe": {"drop_group": "all", "drop_role": "user_question"}})
+    assert everywhere.status_code == 200, everywhere.text
+    stats = everywhere.json()["meta_info"]["kv_stats"]
+    assert stats["kept_tokens"] == [stats["full_tokens"] - question] * 2
 
 
 @pytest.mark.server
@@ -91,6 +97,7 @@ def test_calibration_probe_measures_distortion(pask_server):
 @pytest.mark.server
 @pytest.mark.parametrize("probe", [{"drop_group": 1}, {"drop_group": -1, "drop_role": "boundary"},
                                    {"drop_group": 2, "drop_role": "boundary"},
+                                   {"drop_group": "everywhere", "drop_role": "boundary"},
                                    {"drop_group": 0, "drop_role": "nonsense"}, {"distortion_budget": 2}, "x"])
 def test_malformed_probes_are_refused(pask_server, probe):
     response = generate(pask_server, max_new_tokens=1, custom_params={"pask_probe": probe})

@@ -9,6 +9,9 @@ Each layer group ``g`` has, for every structural role ``r``, a protection *floor
    that role are protected;
 3. the rest of the capacity is filled by score.
 
+Scores are max-pooled over ``kernel_size`` neighbouring positions first (as SnapKV does,
+:mod:`.pooling`), so a kept token brings the rest of its span.
+
 If the window and the floors together exceed the capacity, the floors lose their lowest-scored
 tokens first: a group never keeps more than its capacity. Only table lookups, sorts and a top-k run
 on the hot path. With every floor at zero this is the score-ordered fill.
@@ -32,6 +35,7 @@ from sglang_pask.structure.roles import Role
 
 from .base import KeepDecision, KVPolicy
 from .budget import check_layer_split
+from .pooling import check_kernel_size, max_pool_by_position
 from .registry import register_policy
 
 NUM_ROLES = len(Role)
@@ -125,12 +129,18 @@ class PaskPolicy(KVPolicy):
         The calibrated table; None means every floor at zero and uniform shares.
     group : int or None
         The layer group this instance decides for (:meth:`for_group`); None uses zero floors.
+    kernel_size : int
+        Odd width of the max-pooling of scores over neighbouring positions; 1 turns it off.
     """
 
     table: Optional[PaskTable] = None
     group: Optional[int] = None
+    kernel_size: int = 7
     needs_scores: ClassVar[bool] = True
     uses_roles: ClassVar[bool] = True
+
+    def __post_init__(self) -> None:
+        check_kernel_size(self.name, self.kernel_size)
 
     def for_group(self, group: int) -> "PaskPolicy":
         """The policy as it decides for layer group ``group`` (that group's floors)."""
@@ -158,8 +168,10 @@ class PaskPolicy(KVPolicy):
 
     def choose(self, positions: Tensor, roles: Tensor, scores: Tensor | None, capacity: int, window: int,
                seq_len: int) -> KeepDecision:
-        """Window, then floors (best-scored first within each role), then the residual by score."""
+        """Window, then floors (best-scored first within each role), then the residual by score
+        (scores max-pooled over neighbouring positions)."""
         assert scores is not None  # checked by select (needs_scores)
+        scores = max_pool_by_position(positions, scores, self.kernel_size)
         n = positions.numel()
         tier = torch.zeros(n, dtype=torch.int64, device=positions.device)
         if self.table is not None and self.group is not None:

@@ -5,11 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from .base import RankingPolicy
+from .pooling import check_kernel_size, max_pool_by_position
 from .registry import register_policy
 
 
@@ -35,8 +34,7 @@ class SnapKVPolicy(RankingPolicy):
     needs_scores: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
-        if self.kernel_size < 1 or self.kernel_size % 2 == 0:
-            raise ValueError(f"{self.name}: kernel_size must be a positive odd number, got {self.kernel_size}")
+        check_kernel_size(self.name, self.kernel_size)
 
     def priority(self, positions: Tensor, roles: Tensor, scores: Tensor | None, seq_len: int) -> Tensor:
         """Scores max-pooled over ``kernel_size`` neighbours in position order.
@@ -48,8 +46,4 @@ class SnapKVPolicy(RankingPolicy):
             ``kernel_size // 2`` places of ``i`` when the candidates are sorted by position.
         """
         assert scores is not None  # checked by select (needs_scores)
-        order = torch.argsort(positions)
-        pooled = F.max_pool1d(
-            scores[order].float()[None, None], self.kernel_size, stride=1, padding=self.kernel_size // 2
-        )[0, 0]
-        return torch.empty_like(pooled).index_copy_(0, order, pooled)
+        return max_pool_by_position(positions, scores, self.kernel_size)

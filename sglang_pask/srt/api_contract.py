@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sglang_pask.config import PaskConfig
-from sglang_pask.srt.request_roles import PROBE_PARAM, probe_error
+from sglang_pask.srt.request_roles import ALL_GROUPS_LABEL, PROBE_PARAM, probe_error
 from sglang_pask.srt.role_output import contract_error_with_role_flag
 
 
@@ -30,7 +30,7 @@ def contract_error(original: Any, body: Any) -> Optional[str]:
 def _group_error(probe: dict) -> Optional[str]:
     """Why a probe's ``drop_group`` names no layer group of this server, or None."""
     config = PaskConfig.from_env()
-    if config is None or "drop_group" not in probe:
+    if config is None or "drop_group" not in probe or probe["drop_group"] == ALL_GROUPS_LABEL:
         return None
     spec = config.kv_layer_groups
     groups = spec.count if spec.count is not None else len(spec.ranges or ())

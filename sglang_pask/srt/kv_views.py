@@ -42,6 +42,10 @@ DropFn = Callable[[int, int, Tensor], None]
 RolesFn = Callable[[int, Tensor], Tensor]
 
 
+# CalibrationProbe.drop_group of a probe that drops its role in every layer group.
+ALL_GROUPS = -1
+
+
 @dataclass(frozen=True)
 class CalibrationProbe:
     """What a calibration request asks of the views (``python -m sglang_pask.calibrate``).
@@ -49,7 +53,8 @@ class CalibrationProbe:
     Attributes
     ----------
     drop_group, drop_role : int or None
-        Drop every private token of this role in this layer group, keep everything else.
+        Drop every private token of this role in this layer group (every group if ``drop_group``
+        is :data:`ALL_GROUPS`), keep everything else.
     distortion_budget : float or None
         Measure, per layer group, the attention-output distortion of keeping this budget's
         score-ordered subset of the prompt (the prompt's last ``window`` queries; nothing is dropped).
@@ -221,7 +226,7 @@ class KVViewTable:
         self._fold_scores(view)
         probe = request.probe
         if probe is not None and probe.drop_group is not None:
-            if probe.drop_group == group:
+            if probe.drop_group in (group, ALL_GROUPS):
                 self._drop_role(row, group, seq_len, probe.drop_role)
             return
         if not self.compresses:

@@ -14,26 +14,29 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from sglang_pask.srt.kv_views import CalibrationProbe
+from sglang_pask.srt.kv_views import ALL_GROUPS, CalibrationProbe
 from sglang_pask.srt.role_grammar import RoleTrackedGrammar, process_vocab
 from sglang_pask.structure import Role, tag_prompt_ids
 
 _PROMPT_ROLES = "_pask_prompt_roles"
 # custom_params key of a calibration request (python -m sglang_pask.calibrate).
 PROBE_PARAM = "pask_probe"
+# ``drop_group`` value of a probe that drops its role in every layer group.
+ALL_GROUPS_LABEL = "all"
 
 
 def probe_error(value: Any) -> Optional[str]:
     """Why ``custom_params["pask_probe"]`` is malformed, or None. It is an object with
-    ``drop_group`` (int >= 0) and ``drop_role`` (a role label) together, and/or ``distortion_budget``
-    in (0, 1]."""
+    ``drop_group`` (a layer group index, or ``"all"``) and ``drop_role`` (a role label) together,
+    and/or ``distortion_budget`` in (0, 1]."""
     if not isinstance(value, dict) or not value or set(value) - {"drop_group", "drop_role", "distortion_budget"}:
         return f"{PROBE_PARAM} must be an object with drop_group and drop_role, and/or distortion_budget"
     if ("drop_group" in value) != ("drop_role" in value):
         return f"{PROBE_PARAM}: drop_group and drop_role go together"
     if "drop_group" in value:
-        if not isinstance(value["drop_group"], int) or value["drop_group"] < 0:
-            return f"{PROBE_PARAM}: drop_group must be a layer group index, got {value['drop_group']!r}"
+        group = value["drop_group"]
+        if group != ALL_GROUPS_LABEL and (not isinstance(group, int) or isinstance(group, bool) or group < 0):
+            return f"{PROBE_PARAM}: drop_group must be a layer group index or \"all\", got {group!r}"
         try:
             Role.from_label(str(value["drop_role"]))
         except ValueError:
@@ -51,8 +54,9 @@ def parse_probe(custom_params: Any) -> Optional[CalibrationProbe]:
     value = custom_params[PROBE_PARAM]
     if probe_error(value) is not None:
         return None
+    group = value.get("drop_group")
     return CalibrationProbe(
-        drop_group=value.get("drop_group"),
+        drop_group=ALL_GROUPS if group == ALL_GROUPS_LABEL else group,
         drop_role=int(Role.from_label(str(value["drop_role"]))) if "drop_role" in value else None,
         distortion_budget=value.get("distortion_budget"),
     )

@@ -35,9 +35,20 @@ def candidates(n: int, seed: int = 0):
 def test_zero_floors_reduce_to_the_score_ordered_fill():
     positions, roles, scores = candidates(200)
     for capacity in (8, 50, 120):
-        pask = get_policy("pask", table=table()).for_group(1).select(positions, roles, scores, capacity, 8, 200)
+        pask = get_policy("pask", table=table(), kernel_size=1).for_group(1).select(
+            positions, roles, scores, capacity, 8, 200)
         reference = keep_highest(scores, positions >= 192, capacity)
         assert torch.equal(pask.keep, reference.keep)
+
+
+def test_zero_floors_with_pooling_keep_what_snapkv_keeps():
+    positions, roles, scores = candidates(200, seed=5)
+    shuffled = torch.randperm(200, generator=torch.Generator().manual_seed(5))
+    positions, roles, scores = positions[shuffled], roles[shuffled], scores[shuffled]
+    for capacity in (8, 50, 120):
+        pask = get_policy("pask", table=table()).for_group(0).select(positions, roles, scores, capacity, 8, 200)
+        snapkv = get_policy("snapkv").select(positions, roles, scores, capacity, 8, 200)
+        assert torch.equal(pask.keep, snapkv.keep)
 
 
 def test_floors_are_honoured_and_the_capacity_never_exceeded():
@@ -45,7 +56,7 @@ def test_floors_are_honoured_and_the_capacity_never_exceeded():
     floors = [0.0] * NUM_ROLES
     floors[Role.FUNC_NAME] = 1.0
     floors[Role.ARG_KEY] = 0.5
-    policy = get_policy("pask", table=table(floors1=floors)).for_group(1)
+    policy = get_policy("pask", table=table(floors1=floors), kernel_size=1).for_group(1)
     decision = policy.select(positions, roles, scores, 90, 8, 300)
     kept = torch.zeros(300, dtype=torch.bool)
     kept[decision.keep] = True
@@ -56,13 +67,14 @@ def test_floors_are_honoured_and_the_capacity_never_exceeded():
     assert kept[best].all()
     assert kept[positions >= 292].all()
     # Group 0 has no floors: its choice is the plain fill.
-    plain = get_policy("pask", table=table(floors1=floors)).for_group(0).select(positions, roles, scores, 90, 8, 300)
+    plain = get_policy("pask", table=table(floors1=floors), kernel_size=1).for_group(0).select(
+        positions, roles, scores, 90, 8, 300)
     assert torch.equal(plain.keep, keep_highest(scores, positions >= 292, 90).keep)
 
 
 def test_floors_above_capacity_are_cut_by_score_not_by_budget():
     positions, roles, scores = candidates(100, seed=2)
-    policy = get_policy("pask", table=table(floors1=[1.0] * NUM_ROLES)).for_group(1)
+    policy = get_policy("pask", table=table(floors1=[1.0] * NUM_ROLES), kernel_size=1).for_group(1)
     decision = policy.select(positions, roles, scores, 30, 8, 100)
     assert decision.keep.numel() == 30
     kept = set(decision.keep.tolist())
@@ -137,5 +149,7 @@ def test_unreadable_policy_files(tmp_path):
 
 def test_pask_without_a_table_is_the_plain_fill():
     positions, roles, scores = candidates(64, seed=4)
-    decision = PaskPolicy().select(positions, roles, scores, 20, 4, 64)
+    decision = PaskPolicy(kernel_size=1).select(positions, roles, scores, 20, 4, 64)
     assert torch.equal(decision.keep, keep_highest(scores, positions >= 60, 20).keep)
+    pooled = PaskPolicy().select(positions, roles, scores, 20, 4, 64)
+    assert torch.equal(pooled.keep, get_policy("snapkv").select(positions, roles, scores, 20, 4, 64).keep)
