@@ -7,15 +7,24 @@ off so that no request reads another's prompt) and the layer groups to calibrate
    with full KV; its AST verdict, its tokens' roles (``return_kv_roles``) and, per layer group, the
    attention-output distortion of keeping a ``--budget`` score-ordered subset of the prompt
    (probe ``distortion_budget``).
-2. **Task-error sensitivity:** for every (layer group, role) pair, the same items with that role's KV
-   dropped in that group and everything else kept (probe ``drop_group`` / ``drop_role``):
-   ``s[g, r] = max(0, accuracy_full - accuracy_dropped)``.
+2. **Task-error sensitivity**, measured on the *sensitivity items*: those full KV answers correctly
+   (every item if it answers none). The sensitivity of a probe is the share of them whose answer it
+   turns incorrect.
+
+   * Screening: every role with at least ``--min-role-share`` of the tokens is dropped in every layer
+     group at once (probe ``drop_group: "all"``): ``s_all[r]``.
+   * Per group: each role with ``s_all[r] > 0`` is dropped in one group at a time, everything else
+     kept (probe ``drop_group: g``): ``s[g, r]``. A role that only hurts when every group drops it
+     (``s[g, r] = 0`` for all ``g``) gets ``s[g, r] = s_all[r] / num_groups`` in every group.
+     Roles the screening found harmless are not probed per group: ``s[g, r] = 0``.
 3. **Policy:**
 
    * residual shares: ``share_g`` proportional to ``L_g * distortion_g`` (groups whose attention output
      moves most when compressed get more of the budget);
-   * floors: ``f[g, r] = s[g, r] / max(s)``, then scaled down in any group where they would protect
-     more than half of its budget (by the calibration data's role frequencies).
+   * floors, per group, as a knapsack: roles in decreasing order of sensitivity per token
+     (``s[g, r] / frequency_r``) get floor 1 while the protected share of tokens (by the calibration
+     data's role frequencies) stays within ``--max-protected-share`` of the group's budget; the first
+     role that does not fit gets the floor that fills it exactly, later ones 0.
 
 The file (:mod:`sglang_pask.policy.pask_file`) records the model, the groups, the floors, the
 shares, the role frequencies and everything measured, with the command, date and items. Calibration
@@ -26,6 +35,7 @@ items never overlap evaluation items: they come from the fixed calibration split
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 import tempfile
@@ -53,13 +63,13 @@ class ItemRun:
 
 
 def floors_from_sensitivity(sensitivity: list[list[float]], frequencies: list[float], budgets: list[float],
-                            max_protected_share: float = 0.5) -> list[list[float]]:
-    """Floors from task-error sensitivity (module docstring, step 3).
+                            max_protected_share: float = 0.6) -> list[list[float]]:
+    """Floors from task-error sensitivity: a knapsack per group (module docstring, step 3).
 
     Parameters
     ----------
     sensitivity : list[list[float]]
-        ``(num_groups, num_roles)`` accuracy drops, >= 0.
+        ``(num_groups, num_roles)`` task-error sensitivities, >= 0.
     frequencies : list[float]
         ``(num_roles,)`` role shares of the tokens.
     budgets : list[float]
@@ -70,19 +80,49 @@ def floors_from_sensitivity(sensitivity: list[list[float]], frequencies: list[fl
     Returns
     -------
     list[list[float]]
-        ``(num_groups, num_roles)`` floors in [0, 1].
+        ``(num_groups, num_roles)`` floors in [0, 1]: 1 for the roles with the most sensitivity per
+        token, one partial floor where the limit falls, 0 for the rest and for harmless roles.
     """
-    top = max((s for row in sensitivity for s in row), default=0.0)
-    if top <= 0:
-        return [[0.0] * len(row) for row in sensitivity]
     floors = []
     for row, budget in zip(sensitivity, budgets):
-        raw = [min(1.0, max(0.0, s / top)) for s in row]
-        protected = sum(f * p for f, p in zip(raw, frequencies))
-        limit = max_protected_share * budget
-        scale = 1.0 if protected <= limit else limit / protected
-        floors.append([f * scale for f in raw])
+        room = max_protected_share * budget
+        floor_row = [0.0] * len(row)
+        sensitive = [r for r, s in enumerate(row) if s > 0]
+        by_density = sorted(sensitive, key=lambda r: -row[r] / frequencies[r] if frequencies[r] > 0 else -math.inf)
+        for role in by_density:
+            cost = frequencies[role]
+            if cost <= room:
+                floor_row[role], room = 1.0, room - cost
+            else:
+                floor_row[role], room = room / cost, 0.0
+                break
+        floors.append(floor_row)
     return floors
+
+
+def spread_joint_sensitivity(per_group: list[list[float]], joint: list[float]) -> list[list[float]]:
+    """Per-group sensitivities, with joint-only roles spread over the groups (module docstring, step 2).
+
+    Parameters
+    ----------
+    per_group : list[list[float]]
+        ``(num_groups, num_roles)`` sensitivity of dropping a role in one group.
+    joint : list[float]
+        ``(num_roles,)`` sensitivity of dropping a role in every group at once.
+
+    Returns
+    -------
+    list[list[float]]
+        ``(num_groups, num_roles)``: ``per_group``, except that a role with ``joint > 0`` and zero
+        sensitivity in every group gets ``joint / num_groups`` in each.
+    """
+    groups = len(per_group)
+    spread = [list(row) for row in per_group]
+    for role, together in enumerate(joint):
+        if together > 0 and all(row[role] <= 0 for row in per_group):
+            for row in spread:
+                row[role] = together / groups
+    return spread
 
 
 def shares_from_distortion(distortion: list[float], layers_per_group: list[int]) -> list[float]:
@@ -106,8 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"recent window, as the server will use it (default: {DEFAULT_KV_WINDOW})")
     parser.add_argument("--limit", type=int, default=None,
                         help="use this many calibration items (spread over the categories; default: all)")
-    parser.add_argument("--min-role-share", type=float, default=0.005,
-                        help="probe only roles with at least this share of the tokens (default: 0.005)")
+    parser.add_argument("--min-role-share", type=float, default=0.002,
+                        help="probe only roles with at least this share of the tokens (default: 0.002)")
+    parser.add_argument("--max-protected-share", type=float, default=0.6,
+                        help="floors protect at most this share of a group's budget (default: 0.6)")
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length cap (default: 128)")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default: 4)")
     parser.add_argument("--server-args", default="", help="extra server flags, one quoted string")
@@ -123,6 +165,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
     if not 0 < args.budget < 1:
         _fail(f"--budget must be in (0, 1), got {args.budget}")
+    if not 0 < args.max_protected_share <= 1:
+        _fail(f"--max-protected-share must be in (0, 1], got {args.max_protected_share}")
     if args.limit is not None and args.limit < 1:
         _fail(f"--limit must be at least 1, got {args.limit}")
     try:
@@ -175,38 +219,49 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return ItemRun(item.id, check(item, data["text"]).valid, meta["kv_prompt_roles"] + meta["kv_roles"],
                            meta["kv_stats"].get("distortion"))
 
-        def run_all(probe: dict, bar: Any) -> list[ItemRun]:
+        def run_all(probe: dict, bar: Any, subset: Sequence[Any]) -> list[ItemRun]:
             with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-                futures = [pool.submit(run, item, probe) for item in items]
+                futures = [pool.submit(run, item, probe) for item in subset]
                 results = []
                 for future in futures:
                     results.append(future.result())
                     bar.update(1)
             return results
 
+        def error_rate(probe: dict, bar: Any) -> float:
+            """Share of the sensitivity items whose answer the probe turns incorrect."""
+            runs = run_all(probe, bar, sensitivity_items)
+            return sum(baseline_valid[r.item_id] and not r.valid for r in runs) / len(runs)
+
         with tqdm(total=len(items), desc="baseline (full KV)", file=sys.stderr) as bar:
-            base = run_all({"distortion_budget": args.budget}, bar)
+            base = run_all({"distortion_budget": args.budget}, bar, items)
+        baseline_valid = {r.item_id: r.valid for r in base}
+        sensitivity_items = [item for item in items if baseline_valid[item.id]] or items
         counts = Counter(label for run_ in base for label in run_.roles)
         total = sum(counts.values())
         frequencies = [counts.get(role.label, 0) / total for role in Role]
         probed = [role for role in Role if frequencies[role] >= args.min_role_share]
         accuracy_full = sum(r.valid for r in base) / len(base)
-        accuracy: dict[str, list[float]] = {}
-        with tqdm(total=len(items) * len(probed) * len(ranges), desc="sensitivity (group, role)",
+        joint = [0.0] * len(Role)
+        with tqdm(total=len(sensitivity_items) * len(probed), desc="screening (role in every group)",
+                  file=sys.stderr) as bar:
+            for role in probed:
+                joint[role] = error_rate({"drop_group": "all", "drop_role": role.label}, bar)
+        sensitive = [role for role in probed if joint[role] > 0]
+        per_group = [[0.0] * len(Role) for _ in ranges]
+        with tqdm(total=len(sensitivity_items) * len(sensitive) * len(ranges), desc="sensitivity (group, role)",
                   file=sys.stderr) as bar:
             for g in range(len(ranges)):
-                for role in probed:
-                    runs = run_all({"drop_group": g, "drop_role": role.label}, bar)
-                    accuracy[f"{g}:{role.label}"] = sum(r.valid for r in runs) / len(runs)
+                for role in sensitive:
+                    per_group[g][role] = error_rate({"drop_group": g, "drop_role": role.label}, bar)
     distortion = [sum(r.distortion[g] for r in base) / len(base) for g in range(len(ranges))]
     layers = [len(r) for r in ranges]
     shares = shares_from_distortion(distortion, layers)
-    sensitivity = [[max(0.0, accuracy_full - accuracy.get(f"{g}:{role.label}", accuracy_full)) for role in Role]
-                   for g in range(len(ranges))]
+    sensitivity = spread_joint_sensitivity(per_group, joint)
     probe_table = PaskTable(floors=tuple(tuple(0.0 for _ in Role) for _ in ranges), residual_shares=tuple(shares),
                             layers_per_group=tuple(layers), role_frequencies=tuple(frequencies))
     budgets = probe_table.group_budgets(args.budget)
-    floors = floors_from_sensitivity(sensitivity, frequencies, budgets)
+    floors = floors_from_sensitivity(sensitivity, frequencies, budgets, args.max_protected_share)
     table = PaskTable(floors=tuple(tuple(row) for row in floors), residual_shares=tuple(shares),
                       layers_per_group=tuple(layers), role_frequencies=tuple(frequencies))
     calibration = {
@@ -219,14 +274,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "max_tokens": args.max_tokens,
         "grammar": "ebnf",
         "accuracy_full": accuracy_full,
-        "accuracy_dropped": accuracy,
+        "sensitivity_items": [item.id for item in sensitivity_items],
+        "error_rate_dropped_everywhere": {role.label: joint[role] for role in probed},
+        "error_rate_dropped": {f"{g}:{role.label}": per_group[g][role] for g in range(len(ranges))
+                               for role in sensitive},
+        "max_protected_share": args.max_protected_share,
         "distortion": distortion,
         "probed_roles": [role.label for role in probed],
         "elapsed_s": round(time.time() - started, 1),
     }
     save_policy_file(args.out, table_to_json(table, Path(model_path).name, ranges, calibration))
     print(f"wrote {args.out}: full-KV accuracy {accuracy_full:.3f} on {len(items)} items, "
-          f"{len(probed)} roles x {len(ranges)} groups probed, shares {[round(s, 3) for s in shares]}")
+          f"{len(probed)} roles screened, {len(sensitive)} x {len(ranges)} groups probed, shares {[round(s, 3) for s in shares]}")
     return 0
 
 
