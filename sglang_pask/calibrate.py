@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import math
 import shlex
+import signal
 import sys
 import tempfile
 import time
@@ -50,6 +51,8 @@ from typing import Any, Optional, Sequence
 from sglang_pask.config import DEFAULT_KV_WINDOW, LayerGroupSpec
 
 PROG = "python -m sglang_pask.calibrate"
+# Probe answers may run this many tokens past the item's full-KV answer (see main()).
+PROBE_ANSWER_MARGIN = 8
 
 
 @dataclass
@@ -60,6 +63,7 @@ class ItemRun:
     valid: bool
     roles: list[str]
     distortion: Optional[list[float]]
+    answer_tokens: int
 
 
 def floors_from_sensitivity(sensitivity: list[list[float]], frequencies: list[float], budgets: list[float],
@@ -163,6 +167,8 @@ def _fail(message: str) -> None:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the calibration server is stopped with us.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     if not 0 < args.budget < 1:
         _fail(f"--budget must be in (0, 1), got {args.budget}")
     if not 0 < args.max_protected_share <= 1:
@@ -205,19 +211,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
              "--kv-window", str(args.kv_window), "--disable-radix-cache", *shlex.split(args.server_args)]
     log_path = Path(tempfile.mkdtemp(prefix="sglang-pask-calibrate-")) / "server.log"
     print(f"server log: {log_path}", file=sys.stderr)
+    answer_cap: dict[str, int] = {}
     with ServerProcess(flags, log_path) as server:
         server.wait_ready(timeout_s=900)
 
         def run(item: Any, probe: dict) -> ItemRun:
             body = {"text": prompts[item.id], "sampling_params": {
-                "temperature": 0, "max_new_tokens": args.max_tokens, "ebnf": item_ebnf(item),
+                "temperature": 0, "max_new_tokens": answer_cap.get(item.id, args.max_tokens), "ebnf": item_ebnf(item),
                 "return_kv_roles": True, "custom_params": {"pask_probe": probe}}}
             response = requests.post(f"{server.url}/generate", json=body, timeout=3600)
             response.raise_for_status()
             data = response.json()
             meta = data["meta_info"]
             return ItemRun(item.id, check(item, data["text"]).valid, meta["kv_prompt_roles"] + meta["kv_roles"],
-                           meta["kv_stats"].get("distortion"))
+                           meta["kv_stats"].get("distortion"), meta["completion_tokens"])
 
         def run_all(probe: dict, bar: Any, subset: Sequence[Any]) -> list[ItemRun]:
             with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
@@ -236,6 +243,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         with tqdm(total=len(items), desc="baseline (full KV)", file=sys.stderr) as bar:
             base = run_all({"distortion_budget": args.budget}, bar, items)
         baseline_valid = {r.item_id: r.valid for r in base}
+        # A probe's answer gets the room of the full-KV answer plus a margin: an answer that runs
+        # past it is almost surely wrong, and runaway answers would otherwise dominate the time.
+        answer_cap.update({r.item_id: min(args.max_tokens, r.answer_tokens + PROBE_ANSWER_MARGIN) for r in base})
         sensitivity_items = [item for item in items if baseline_valid[item.id]] or items
         counts = Counter(label for run_ in base for label in run_.roles)
         total = sum(counts.values())
@@ -272,6 +282,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "budget": args.budget,
         "window": args.kv_window,
         "max_tokens": args.max_tokens,
+        "probe_answer_margin": PROBE_ANSWER_MARGIN,
         "grammar": "ebnf",
         "accuracy_full": accuracy_full,
         "sensitivity_items": [item.id for item in sensitivity_items],
