@@ -293,7 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--url", help="a running server (then one policy and budget: labels only)")
     where.add_argument("--server-args", help="start servers with these launcher arguments (shell syntax)")
-    where.add_argument("--from-json", help="run nothing: re-render table, --markdown and --plot from this --json file")
+    where.add_argument("--from-json", nargs="+", metavar="JSON",
+                       help="run nothing: re-render table, --markdown and --plot from these --json files "
+                            "(several runs over the same items are shown side by side)")
     p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="AST categories")
     p.add_argument("--limit", type=int, help="at most N items per category (first in file order)")
     p.add_argument("--ids", help="file of item ids (one per line) to evaluate exactly")
@@ -331,14 +333,62 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
     return policies, budgets
 
 
+def merge_records(records: Sequence[dict]) -> dict:
+    """One record holding the configurations of several runs over the same items.
+
+    Parameters
+    ----------
+    records : sequence of dict
+        ``--json`` records, each with its ``command``, ``date``, ``commit`` and ``configs``.
+
+    Returns
+    -------
+    dict
+        The first record's settings, every record's configs in order, and ``runs``: each record's
+        command, date, commit and machine.
+
+    Raises
+    ------
+    ValueError
+        If the runs did not answer the same items, or a configuration appears twice.
+    """
+    def item_ids(record: dict) -> list[str]:
+        return sorted(item["id"] for item in record["configs"][0]["items"]) if record["configs"] else []
+
+    first = records[0]
+    labels: set[tuple[str, float]] = set()
+    for record in records:
+        if item_ids(record) != item_ids(first):
+            raise ValueError(f"the run of {record['date']} answered other items than the run of {first['date']}")
+        for config in record["configs"]:
+            key = (config["policy"], config["budget"])
+            if key in labels:
+                raise ValueError(f"configuration {key[0]}@{key[1]:g} appears in more than one run")
+            labels.add(key)
+    merged = dict(first)
+    merged["configs"] = [config for record in records for config in record["configs"]]
+    merged["runs"] = [{key: record[key] for key in ("command", "date", "commit", "machine")} for record in records]
+    return merged
+
+
+def _run_lines(record: dict) -> list[str]:
+    runs = record.get("runs") or [record]
+    if len(runs) == 1:
+        run = runs[0]
+        return [f"- command: `{run['command']}`", f"- date: {run['date']}",
+                f"- machine: {run['machine']['uname']}; nproc {run['machine']['nproc']}", f"- commit: {run['commit']}"]
+    lines = [f"- {len(runs)} runs over the same items, shown side by side:"]
+    for run in runs:
+        lines.append(f"  - `{run['command']}` ({run['date']}, commit {run['commit']}, "
+                     f"{run['machine']['uname']}; nproc {run['machine']['nproc']})")
+    return lines
+
+
 def _report_markdown(record: dict, configs: Sequence[ConfigResult]) -> str:
     lines = [
         f"# BFCL AST accuracy ({record['date']})",
         "",
-        f"- command: `{record['command']}`",
-        f"- date: {record['date']}",
-        f"- machine: {record['machine']['uname']}; nproc {record['machine']['nproc']}",
-        f"- commit: {record['commit']}",
+        *_run_lines(record),
         f"- items: {record['n_items']} ({', '.join(record['categories'])}); grammar {record['grammar']}, "
         f"greedy, max tokens {record['max_tokens']}, concurrency {record['concurrency']}",
         "",
@@ -371,10 +421,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.from_json:
-        path = Path(args.from_json)
-        if not path.is_file():
-            parser.error(f"--from-json: file not found: {path}")
-        record = json.loads(path.read_text(encoding="utf-8"))
+        records = []
+        for name in args.from_json:
+            path = Path(name)
+            if not path.is_file():
+                parser.error(f"--from-json: file not found: {path}")
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        try:
+            record = merge_records(records)
+        except ValueError as exc:
+            parser.error(f"--from-json: {exc}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         _render(record, configs_from_record(record), args)
         return 0
     try:

@@ -94,6 +94,27 @@ def test_bench_scores_writes_json_markdown_and_plot(stub_server, tmp_path, capsy
     assert again_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path):
+    url, _ = stub_server
+    common = ["--url", url, "--categories", *CATEGORIES, "--limit", "2"]
+    full, snapkv, fewer = tmp_path / "full.json", tmp_path / "snapkv.json", tmp_path / "fewer.json"
+    assert main([*common, "--json", str(full)]) == 0
+    assert main([*common, "--policies", "snapkv", "--budgets", "0.33", "--json", str(snapkv)]) == 0
+    merged_md, merged_json = tmp_path / "merged.md", tmp_path / "merged.json"
+    assert main(["--from-json", str(full), str(snapkv), "--markdown", str(merged_md), "--json", str(merged_json)]) == 0
+    markdown = merged_md.read_text()
+    assert "full@1" in markdown and "snapkv@0.33" in markdown and "2 runs over the same items" in markdown
+    record = json.loads(merged_json.read_text())
+    assert [(c["policy"], c["budget"]) for c in record["configs"]] == [("full", 1.0), ("snapkv", 0.33)]
+    assert len(record["runs"]) == 2
+    # Runs over other items, or the same configuration twice, are refused.
+    assert main(["--url", url, "--categories", *CATEGORIES, "--limit", "1", "--json", str(fewer)]) == 0
+    for files in ([full, fewer], [full, full]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--from-json", *map(str, files)])
+        assert exit_info.value.code == 2
+
+
 def test_bench_sends_the_chosen_grammar(stub_server):
     url, requests_seen = stub_server
     assert main(["--url", url, "--categories", "simple_python", "--limit", "1", "--grammar", "regex"]) == 0
