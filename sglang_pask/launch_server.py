@@ -1,7 +1,7 @@
 """``python -m sglang_pask.launch_server``: SGLang's server with sglang-pask's flags and defaults.
 
 Every SGLang server flag is accepted unchanged; this project's flags (``--kv-policy``,
-``--kv-budget``, ``--kv-layer-groups``) are parsed into one validated :class:`PaskConfig` first, so a
+``--kv-budget``, ``--kv-layer-groups``, ``--structkv*``, ...) are parsed into one validated :class:`PaskConfig` first, so a
 bad value exits with status 2 and a one-line message naming the flag before any model loads.
 Then, where the user did not decide otherwise:
 
@@ -104,6 +104,27 @@ def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int, model_n
         plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window, context_len)
     except ValueError as err:
         raise ConfigError(f"--kv-budget/--kv-window: {err}") from None
+    if config.structkv and config.structkv_pivot != "auto" and not config.structkv_pivot < num_layers - 1:
+        raise ConfigError(
+            f"--structkv-pivot: layer {config.structkv_pivot} leaves no layer to prune; the model has {num_layers} "
+            f"layers, so the pivot must be at most {num_layers - 2}"
+        )
+
+
+def structkv_prefill_flags(config: PaskConfig, sglang_argv: list[str]) -> list[str]:
+    """SGLang flags StructKV needs: one extend per uncached prompt part, so chunked prefill is off
+    (``--chunked-prefill-size -1``) unless the user chose a chunk size, which is refused."""
+    if not config.structkv:
+        return []
+    chunk = _flag_value(sglang_argv, "--chunked-prefill-size")
+    if chunk is None:
+        return ["--chunked-prefill-size", "-1"]
+    if chunk.strip() != "-1":
+        raise ConfigError(
+            f"--structkv: prunes the whole uncached prompt in one extend and needs chunked prefill off; "
+            f"got --chunked-prefill-size {chunk} (drop it or pass -1)"
+        )
+    return []
 
 
 def _gpu_available() -> bool:
@@ -118,6 +139,10 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     Returns the config and the argv to hand to SGLang.
     """
     config, sglang_argv = split_argv(argv)
+    try:
+        sglang_argv += structkv_prefill_flags(config, sglang_argv)
+    except ConfigError as err:
+        _fail(str(err))
     if not _gpu_available():
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
         for flag, defaults in CPU_DEFAULTS:
