@@ -15,8 +15,8 @@ from pathlib import Path
 from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer
 
 
-def build_tiny_model(out: Path) -> Path:
-    """Write the tokenizer and the model into ``out`` (created) and return it."""
+def build_tiny_model(out: Path, num_layers: int = 2) -> Path:
+    """Write the tokenizer and the model (``num_layers`` layers) into ``out`` (created) and return it."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -31,7 +31,7 @@ def build_tiny_model(out: Path) -> Path:
         vocab_size=len(tokenizer),
         hidden_size=128,
         intermediate_size=256,
-        num_hidden_layers=2,
+        num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
         head_dim=32,
