@@ -7,11 +7,13 @@ prompt):
 - fixed pivot ``N`` (``fixed-pivot``, ``gemfilter``, or ``structkv`` with ``--structkv-pivot N``):
   the decision comes right after layer ``N``; pruning starts at layer ``N + 1`` (GemFilter: the
   prefill restarts from layer 0 on the skeleton);
-- ``pivot="auto"``: after layer ``d`` (``d >= 1``) the pivot of the statistics seen so far is
-  ``L*_d = detect_pivot(stats[0..d])`` (:mod:`.pivot`). The decision is taken at the first ``d``
+- ``pivot="auto"``: after layer ``d`` the pivot of the statistics seen so far is
+  ``L*_d = detect_pivot(stats[0..d])`` (:mod:`.pivot`). The decision is taken at the first ``d >= 3``
   with ``d - L*_d >= patience`` (the sharpest concentration step seen is ``patience`` layers back and
-  no sharper one came since), or at ``d = num_layers - 2`` (the last layer after which pruning still
-  saves a layer). The skeleton comes from ``C_(L*)``, the centrality *at the pivot*; layers
+  no sharper one came since) whose step *dominates* (:func:`.pivot.step_dominance` at least
+  ``dominance``: the normalized gradients alone rank noise between similar early layers as a
+  transition too), or else at ``d = num_layers - 2`` (the last layer after which pruning still saves a
+  layer), where it is the paper's ``argmax T + 1`` over every layer seen. The skeleton comes from ``C_(L*)``, the centrality *at the pivot*; layers
   ``L* + 1 .. d`` already ran on the whole prompt (the price of deciding online, at most
   ``patience`` layers), and pruning starts at ``d + 1``.
 
@@ -33,11 +35,15 @@ import torch
 from torch import Tensor
 
 from .centrality import CentralityAccumulator
-from .pivot import PivotConfig, detect_pivot, layer_statistics
+from .pivot import PivotConfig, detect_pivot, layer_statistics, step_dominance
 from .skeleton import select_kv, select_skeleton
 
 # Layers between the pivot detected so far and the current one before an auto pivot is settled.
 DEFAULT_PATIENCE = 2
+# How far (in median steps) the pivot's step must stand out to settle before num_layers - 2.
+DEFAULT_DOMINANCE = 5.0
+# Differences needed before the median of the steps means anything.
+_MIN_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,8 @@ class PromptPruning:
         The last-window queries and the window every selection keeps, at least 1.
     patience : int
         Auto pivot only: see the module docstring; at least 1.
+    dominance : float
+        Auto pivot only: see the module docstring.
 
     Raises
     ------
@@ -94,7 +102,7 @@ class PromptPruning:
     """
 
     def __init__(self, pivot: PivotConfig, num_layers: int, length: int, ratio: float, window: int,
-                 patience: int = DEFAULT_PATIENCE) -> None:
+                 patience: int = DEFAULT_PATIENCE, dominance: float = DEFAULT_DOMINANCE) -> None:
         if num_layers < 3:
             raise ValueError(f"StructKV prunes after a pivot in [1, num_layers - 2]; the model has {num_layers} layers")
         if pivot.pivot != "auto" and not 1 <= pivot.pivot <= num_layers - 2:
@@ -107,6 +115,7 @@ class PromptPruning:
         self.ratio = ratio
         self.window = window
         self.patience = patience
+        self.dominance = dominance
         self.centrality = CentralityAccumulator(pivot.centrality_decay)
         self._stats: list[Tensor] = []
         self.decision: Optional[PruneDecision] = None
@@ -153,10 +162,13 @@ class PromptPruning:
             return pivot if layer == pivot else None
         if layer < 1:
             return None
-        pivot = detect_pivot(torch.stack(self._stats), self.num_layers, self.config.weights)
-        if layer - pivot >= self.patience or layer >= self.num_layers - 2:
+        stats = torch.stack(self._stats)
+        pivot = detect_pivot(stats, self.num_layers, self.config.weights)
+        if layer >= self.num_layers - 2:
             return pivot
-        return None
+        if layer < _MIN_STEPS or layer - pivot < self.patience:
+            return None
+        return pivot if step_dominance(stats, pivot - 1, self.config.weights) >= self.dominance else None
 
 
 def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int) -> Tensor:
