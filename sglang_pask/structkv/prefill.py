@@ -8,7 +8,7 @@ prompt):
   the decision comes right after layer ``N``; pruning starts at layer ``N + 1`` (GemFilter: the
   prefill restarts from layer 0 on the skeleton);
 - ``pivot="auto"``: after layer ``d`` the pivot of the statistics seen so far is
-  ``L*_d = detect_pivot(stats[0..d])`` (:mod:`.pivot`). The decision is taken at the first ``d >= 3``
+  ``L*_d = detect_pivot(stats[0..d])`` (:mod:`.pivot`). The decision is taken at the first ``d >= 4``
   with ``d - L*_d >= patience`` (the sharpest concentration step seen is ``patience`` layers back and
   no sharper one came since) whose step *dominates* (:func:`.pivot.step_dominance` at least
   ``dominance``: the normalized gradients alone rank noise between similar early layers as a
@@ -41,9 +41,9 @@ from .skeleton import select_kv, select_skeleton
 # Layers between the pivot detected so far and the current one before an auto pivot is settled.
 DEFAULT_PATIENCE = 2
 # How far (in median steps) the pivot's step must stand out to settle before num_layers - 2.
-DEFAULT_DOMINANCE = 5.0
+DEFAULT_DOMINANCE = 12.0
 # Differences needed before the median of the steps means anything.
-_MIN_STEPS = 3
+_MIN_STEPS = 4
 
 
 @dataclass(frozen=True)
