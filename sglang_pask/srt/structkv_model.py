@@ -18,6 +18,12 @@ batch it runs the same steps itself, with a :class:`~.structkv_pass.StructKVPass
 Eligible: an extend pass without speculative decoding, input embeddings, pipeline parallelism,
 captured hidden states or requested logprobs, on the layer-group attention backend, in a model of at
 least 3 layers. Anything else runs SGLang's own forward unchanged (no StructKV for that batch).
+
+Semantics (README, "StructKV"): only the part of each prompt that the pass computes is pruned (a
+prefix matched in the radix cache is reused as cached, never dropped); chunked prefill is off under
+StructKV (the launcher), so that part is the whole uncached prompt; each request of a batch has its
+own pivot and skeleton; decode positions continue from the original prompt length (sequence lengths
+are never changed) and generated tokens are compressed by the ``--kv-policy``.
 """
 
 from __future__ import annotations
