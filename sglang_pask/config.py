@@ -14,7 +14,7 @@ import json
 import os
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 CONFIG_ENV = "SGLANG_PASK_CONFIG"
 
@@ -26,6 +26,13 @@ KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyram
 DEFAULT_KV_WINDOW = 8
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
+
+# StructKV prefill pruning (--structkv-mode): the paper's method and the two comparison modes that
+# share its code (a fixed, FastKV-style pivot; GemFilter-style early-layer selection).
+STRUCTKV_MODES: tuple[str, ...] = ("structkv", "fixed-pivot", "gemfilter")
+# The paper's defaults: R_struct (skeleton share) and R_KV (KV share kept for decode).
+DEFAULT_STRUCTKV_PREFILL_RATIO = 0.2
+DEFAULT_STRUCTKV_KV_RATIO = 0.1
 
 
 class ConfigError(ValueError):
@@ -112,6 +119,16 @@ class PaskConfig:
     pask_policy : str or None
         The calibrated PASK policy file for ``--kv-policy pask`` (None: the one shipped for the
         default model).
+    structkv : bool
+        StructKV prefill pruning on (``--structkv``).
+    structkv_prefill_ratio : float
+        ``R_struct`` in (0, 1]: the skeleton's share of the prompt part being computed.
+    structkv_kv_ratio : float
+        ``R_KV`` in (0, 1]: the share of that part whose KV each layer group keeps for decode.
+    structkv_pivot : "auto" or int
+        The pivot layer: detected per prompt (``"auto"``) or fixed (0-based, >= 1).
+    structkv_mode : str
+        One of :data:`STRUCTKV_MODES`; ``fixed-pivot`` and ``gemfilter`` need an integer pivot.
     """
 
     kv_policy: str = "full"
@@ -119,6 +136,11 @@ class PaskConfig:
     kv_layer_groups: LayerGroupSpec = field(default_factory=lambda: LayerGroupSpec(count=1))
     kv_window: int = DEFAULT_KV_WINDOW
     pask_policy: Optional[str] = None
+    structkv: bool = False
+    structkv_prefill_ratio: float = DEFAULT_STRUCTKV_PREFILL_RATIO
+    structkv_kv_ratio: float = DEFAULT_STRUCTKV_KV_RATIO
+    structkv_pivot: Union[str, int] = "auto"
+    structkv_mode: str = "structkv"
 
     def __post_init__(self) -> None:
         if self.kv_policy not in KV_POLICIES:
@@ -129,6 +151,24 @@ class PaskConfig:
             raise ConfigError(f"--pask-policy applies to --kv-policy pask only (the policy is {self.kv_policy!r})")
         if self.kv_window < 0:
             raise ConfigError(f"--kv-window: must be a non-negative number of tokens, got {self.kv_window}")
+        self._check_structkv()
+
+    def _check_structkv(self) -> None:
+        for flag, ratio in (("--structkv-prefill-ratio", self.structkv_prefill_ratio),
+                            ("--structkv-kv-ratio", self.structkv_kv_ratio)):
+            if not (0.0 < ratio <= 1.0):
+                raise ConfigError(f"{flag}: must be in (0, 1], got {ratio}")
+        pivot = self.structkv_pivot
+        if pivot != "auto" and (isinstance(pivot, bool) or not isinstance(pivot, int) or pivot < 1):
+            raise ConfigError(f"--structkv-pivot: must be 'auto' or a layer index >= 1, got {pivot!r}")
+        if self.structkv_mode not in STRUCTKV_MODES:
+            raise ConfigError(
+                f"--structkv-mode: unknown mode {self.structkv_mode!r}; choose from {', '.join(STRUCTKV_MODES)}"
+            )
+        if self.structkv_mode != "structkv" and pivot == "auto":
+            raise ConfigError(f"--structkv-mode {self.structkv_mode} needs a fixed --structkv-pivot N (a layer index)")
+        if self.structkv and self.kv_window < 1:
+            raise ConfigError("--kv-window: StructKV needs a window of at least 1 token (its last-window queries)")
 
     def to_dict(self) -> dict:
         """Plain JSON-serializable form (layer groups as their flag text)."""
@@ -139,7 +179,8 @@ class PaskConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "PaskConfig":
         """Inverse of :meth:`to_dict`; raises ConfigError on unknown keys or bad values."""
-        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window", "pask_policy"}
+        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window", "pask_policy", "structkv",
+                               "structkv_prefill_ratio", "structkv_kv_ratio", "structkv_pivot", "structkv_mode"}
         if unknown:
             raise ConfigError(f"unknown sglang-pask config keys: {', '.join(sorted(unknown))}")
         return cls(
@@ -148,6 +189,11 @@ class PaskConfig:
             kv_layer_groups=LayerGroupSpec.parse(str(data.get("kv_layer_groups", "1"))),
             kv_window=int(data.get("kv_window", DEFAULT_KV_WINDOW)),
             pask_policy=data.get("pask_policy"),
+            structkv=bool(data.get("structkv", False)),
+            structkv_prefill_ratio=float(data.get("structkv_prefill_ratio", DEFAULT_STRUCTKV_PREFILL_RATIO)),
+            structkv_kv_ratio=float(data.get("structkv_kv_ratio", DEFAULT_STRUCTKV_KV_RATIO)),
+            structkv_pivot=data.get("structkv_pivot", "auto"),
+            structkv_mode=str(data.get("structkv_mode", "structkv")),
         )
 
     def publish(self) -> None:
@@ -183,6 +229,18 @@ def _window(text: str) -> int:
         raise argparse.ArgumentTypeError(f"must be a whole number of tokens, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be non-negative, got {value}")
+    return value
+
+
+def _pivot(text: str) -> Union[str, int]:
+    if text == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a layer index >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a layer index >= 1, got {value}")
     return value
 
 
@@ -230,14 +288,73 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="Calibrated PASK policy file for --kv-policy pask (python -m sglang_pask.calibrate writes one; "
         "default: the file shipped for the default model).",
     )
+    group.add_argument(
+        "--structkv",
+        action="store_true",
+        help="StructKV prefill pruning: layers up to a pivot see the whole prompt and accumulate centrality, "
+        "later layers compute only on the skeleton; each layer group keeps R_KV of the prompt's KV for decode, "
+        "where --kv-policy then applies. Disables chunked prefill unless --chunked-prefill-size is given.",
+    )
+    group.add_argument(
+        "--structkv-prefill-ratio",
+        type=_budget,
+        default=None,
+        metavar="R_STRUCT",
+        help=f"Skeleton share of the computed prompt part, in (0, 1] (default: {DEFAULT_STRUCTKV_PREFILL_RATIO}).",
+    )
+    group.add_argument(
+        "--structkv-kv-ratio",
+        type=_budget,
+        default=None,
+        metavar="R_KV",
+        help=f"Share of the computed prompt part whose KV each layer group keeps, in (0, 1] "
+        f"(default: {DEFAULT_STRUCTKV_KV_RATIO}).",
+    )
+    group.add_argument(
+        "--structkv-pivot",
+        type=_pivot,
+        default=None,
+        metavar="auto|N",
+        help="Pivot layer: detected per prompt from attention entropy, top-k mass and variance (auto), "
+        "or the 0-based layer N (default: auto).",
+    )
+    group.add_argument(
+        "--structkv-mode",
+        choices=STRUCTKV_MODES,
+        default=None,
+        help="structkv (decayed centrality up to the pivot, continue on the skeleton), fixed-pivot "
+        "(FastKV-style: the pivot layer's own scores) or gemfilter (layer N's scores, prefill restarts "
+        "from layer 0 on the skeleton); the last two need --structkv-pivot N (default: structkv).",
+    )
 
 
 def from_namespace(args: argparse.Namespace) -> PaskConfig:
-    """Build the config from parsed flags (see :func:`add_cli_args`)."""
+    """Build the config from parsed flags (see :func:`add_cli_args`).
+
+    Raises ConfigError when a ``--structkv-*`` flag comes without ``--structkv``.
+    """
+    structkv_flags = {
+        "--structkv-prefill-ratio": args.structkv_prefill_ratio,
+        "--structkv-kv-ratio": args.structkv_kv_ratio,
+        "--structkv-pivot": args.structkv_pivot,
+        "--structkv-mode": args.structkv_mode,
+    }
+    given = [flag for flag, value in structkv_flags.items() if value is not None]
+    if given and not args.structkv:
+        raise ConfigError(f"{given[0]} needs --structkv")
     return PaskConfig(
         kv_policy=args.kv_policy,
         kv_budget=args.kv_budget,
         kv_layer_groups=args.kv_layer_groups,
         kv_window=args.kv_window,
         pask_policy=args.pask_policy,
+        structkv=args.structkv,
+        structkv_prefill_ratio=_or(args.structkv_prefill_ratio, DEFAULT_STRUCTKV_PREFILL_RATIO),
+        structkv_kv_ratio=_or(args.structkv_kv_ratio, DEFAULT_STRUCTKV_KV_RATIO),
+        structkv_pivot=_or(args.structkv_pivot, "auto"),
+        structkv_mode=_or(args.structkv_mode, "structkv"),
     )
+
+
+def _or(value, default):
+    return default if value is None else value

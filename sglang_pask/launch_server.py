@@ -1,7 +1,7 @@
 """``python -m sglang_pask.launch_server``: SGLang's server with sglang-pask's flags and defaults.
 
 Every SGLang server flag is accepted unchanged; this project's flags (``--kv-policy``,
-``--kv-budget``, ``--kv-layer-groups``) are parsed into one validated :class:`PaskConfig` first, so a
+``--kv-budget``, ``--kv-layer-groups``, ``--structkv*``, ...) are parsed into one validated :class:`PaskConfig` first, so a
 bad value exits with status 2 and a one-line message naming the flag before any model loads.
 Then, where the user did not decide otherwise:
 
@@ -34,6 +34,10 @@ CPU_DEFAULTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # default would take most of it. 2**17 token slots are ~1.5 GiB for the default model.
     ("--max-total-tokens", ("--max-total-tokens", "131072")),
 )
+
+
+# --mem-fraction-static on CPU under StructKV (chunked prefill off); see prepare().
+CPU_STRUCTKV_MEM_FRACTION = "0.5"
 
 
 # The default model (Qwen2.5) writes tool calls as <tool_call>{...}</tool_call>; SGLang's qwen25 parser
@@ -104,6 +108,27 @@ def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int, model_n
         plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window, context_len)
     except ValueError as err:
         raise ConfigError(f"--kv-budget/--kv-window: {err}") from None
+    if config.structkv and config.structkv_pivot != "auto" and not config.structkv_pivot < num_layers - 1:
+        raise ConfigError(
+            f"--structkv-pivot: layer {config.structkv_pivot} leaves no layer to prune; the model has {num_layers} "
+            f"layers, so the pivot must be at most {num_layers - 2}"
+        )
+
+
+def structkv_prefill_flags(config: PaskConfig, sglang_argv: list[str]) -> list[str]:
+    """SGLang flags StructKV needs: one extend per uncached prompt part, so chunked prefill is off
+    (``--chunked-prefill-size -1``) unless the user chose a chunk size, which is refused."""
+    if not config.structkv:
+        return []
+    chunk = _flag_value(sglang_argv, "--chunked-prefill-size")
+    if chunk is None:
+        return ["--chunked-prefill-size", "-1"]
+    if chunk.strip() != "-1":
+        raise ConfigError(
+            f"--structkv: prunes the whole uncached prompt in one extend and needs chunked prefill off; "
+            f"got --chunked-prefill-size {chunk} (drop it or pass -1)"
+        )
+    return []
 
 
 def _gpu_available() -> bool:
@@ -118,11 +143,20 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     Returns the config and the argv to hand to SGLang.
     """
     config, sglang_argv = split_argv(argv)
+    try:
+        sglang_argv += structkv_prefill_flags(config, sglang_argv)
+    except ConfigError as err:
+        _fail(str(err))
     if not _gpu_available():
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
         for flag, defaults in CPU_DEFAULTS:
             if not _has_flag(sglang_argv, flag):
                 sglang_argv += list(defaults)
+        if config.structkv and not _has_flag(sglang_argv, "--mem-fraction-static"):
+            # Without chunked prefill SGLang reserves activation memory for --max-prefill-tokens
+            # (16K tokens x 1.5 MB by default), more than a CPU host has; the KV pool's size is
+            # --max-total-tokens here anyway.
+            sglang_argv += ["--mem-fraction-static", CPU_STRUCTKV_MEM_FRACTION]
     model_path = _flag_value(sglang_argv, "--model-path") or _flag_value(sglang_argv, "--model")
     if model_path is None:
         from sglang_pask.default_model import DefaultModelError, ensure_default_model

@@ -72,3 +72,30 @@ def test_broken_environment_config_is_a_clear_error(monkeypatch):
     monkeypatch.setenv(CONFIG_ENV, json.dumps({"kv_policy": "full", "bogus": 1}))
     with pytest.raises(ConfigError, match="unknown sglang-pask config keys: bogus"):
         PaskConfig.from_env()
+
+
+def test_structkv_defaults_and_round_trip(monkeypatch):
+    config = PaskConfig(kv_policy="snapkv", kv_budget=0.5, structkv=True, structkv_pivot=7,
+                        structkv_mode="fixed-pivot", structkv_prefill_ratio=0.3, structkv_kv_ratio=0.15)
+    config.publish()
+    assert PaskConfig.from_env() == config
+    default = PaskConfig(structkv=True)
+    assert (default.structkv_prefill_ratio, default.structkv_kv_ratio, default.structkv_pivot,
+            default.structkv_mode) == (0.2, 0.1, "auto", "structkv")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"structkv_prefill_ratio": 0.0}, "--structkv-prefill-ratio: must be in (0, 1], got 0.0"),
+        ({"structkv_kv_ratio": 1.5}, "--structkv-kv-ratio: must be in (0, 1], got 1.5"),
+        ({"structkv_pivot": 0}, "--structkv-pivot: must be 'auto' or a layer index >= 1, got 0"),
+        ({"structkv_mode": "fastkv"}, "--structkv-mode: unknown mode 'fastkv'"),
+        ({"structkv_mode": "gemfilter"}, "--structkv-mode gemfilter needs a fixed --structkv-pivot N"),
+        ({"structkv": True, "kv_window": 0}, "--kv-window: StructKV needs a window of at least 1"),
+    ],
+)
+def test_structkv_values_are_checked(kwargs, message):
+    with pytest.raises(ConfigError) as err:
+        PaskConfig(**kwargs)
+    assert message in str(err.value)

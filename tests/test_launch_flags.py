@@ -24,6 +24,12 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--kv-layer-groups", "0"], "argument --kv-layer-groups: the number of groups must be at least 1"),
         (["--kv-layer-groups", "0-3,5-9"], "argument --kv-layer-groups: ranges must start at layer 0 and be contiguous"),
         (["--kv-layer-groups", "x"], "argument --kv-layer-groups: expected a number of groups"),
+        (["--structkv-kv-ratio", "0.3"], "error: --structkv-kv-ratio needs --structkv"),
+        (["--structkv", "--structkv-prefill-ratio", "0"], "argument --structkv-prefill-ratio: must be in (0, 1], got 0"),
+        (["--structkv", "--structkv-pivot", "x"], "argument --structkv-pivot: must be 'auto' or a layer index >= 1"),
+        (["--structkv", "--structkv-mode", "nope"], "argument --structkv-mode: invalid choice: 'nope'"),
+        (["--structkv", "--structkv-mode", "fixed-pivot"], "--structkv-mode fixed-pivot needs a fixed --structkv-pivot N"),
+        (["--structkv", "--chunked-prefill-size", "512"], "needs chunked prefill off; got --chunked-prefill-size 512"),
     ],
 )
 def test_invalid_value_exits_2_with_one_line_naming_the_flag(args, message):
@@ -45,6 +51,9 @@ def test_layer_groups_checked_against_the_model_before_it_loads(tiny_model_dir):
     result = run_launcher("--model-path", str(tiny_model_dir), "--kv-layer-groups", "0-0")
     assert result.returncode == 2
     assert "ranges cover layers 0-0 but the model has 2 layers (0-1)" in result.stderr
+    result = run_launcher("--model-path", str(tiny_model_dir), "--structkv", "--structkv-pivot", "1")
+    assert result.returncode == 2
+    assert "--structkv-pivot: layer 1 leaves no layer to prune; the model has 2 layers" in result.stderr
 
 
 def test_unknown_flag_is_rejected_by_sglang_parser(tiny_model_dir):
@@ -56,6 +65,7 @@ def test_unknown_flag_is_rejected_by_sglang_parser(tiny_model_dir):
 def test_help_lists_sglang_and_own_flags():
     result = run_launcher("--help")
     assert result.returncode == 0
-    for flag in ("--model-path", "--attention-backend", "--kv-policy", "--kv-budget", "--kv-layer-groups"):
+    for flag in ("--model-path", "--attention-backend", "--kv-policy", "--kv-budget", "--kv-layer-groups",
+                 "--structkv", "--structkv-prefill-ratio", "--structkv-kv-ratio", "--structkv-pivot", "--structkv-mode"):
         assert flag in result.stdout
     assert "sglang-pask" in result.stdout

@@ -62,6 +62,16 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
     HookRegistry.register(_PREFILL_ADDER + "._get_running_request_total_token_offset", running_decode_reserve,
                           HookType.AROUND)
+    # StructKV (scheduler): the layer loop of Qwen2, Qwen3 and Llama models prunes the prefill.
+    if config.structkv:
+        from sglang_pask.srt.structkv_model import MODEL_FORWARDS, structkv_forward
+        from sglang_pask.srt.structkv_pass import StructKVSettings
+
+        settings = StructKVSettings.from_flags(config.structkv_mode, config.structkv_pivot,
+                                               config.structkv_prefill_ratio, config.structkv_kv_ratio,
+                                               config.kv_window)
+        for target in MODEL_FORWARDS:
+            HookRegistry.register(target, structkv_forward(settings), HookType.AROUND)
     # Prometheus (--enable-metrics): the pool's gauges beside SGLang's.
     HookRegistry.register(_METRICS_COLLECTOR + ".__init__", kv_metrics.create_gauges, HookType.AFTER)
     HookRegistry.register(_METRICS_COLLECTOR + ".log_stats", kv_metrics.update_gauges, HookType.AFTER)

@@ -2,7 +2,8 @@
 
 Every finished request served by a layer-group pool carries ``{"full_tokens": n, "kept_tokens":
 [k_0, ...], "budget": b, "group_budgets": [...], "policy": name}``: its final length, the positions
-each layer group read at its last step, and the budgets. The path is the same as the role fields'
+each layer group read at its last step, and the budgets. Under StructKV, ``"structkv"`` adds what its
+prefill did (:meth:`~.structkv_pass.StructKVPass.report`: pivot, skeleton, rows per layer). The path is the same as the role fields'
 (:mod:`.role_output`): SGLang's ``customized_info`` from the scheduler's output streamer.
 """
 

@@ -114,6 +114,8 @@ class RequestView:
     probe: Optional[CalibrationProbe] = None
     # Per group: [sum of relative errors, layers measured] (probe.distortion_budget).
     distortion: list[list[float]] = field(default_factory=list)
+    # StructKV's report of the request's last pruned extend pass (StructKVPass.report), if any.
+    prefill: Optional[dict] = None
 
 
 def _add_padded(a: Optional[Tensor], b: Tensor) -> Tensor:
@@ -255,6 +257,27 @@ class KVViewTable:
             self.drop(row, group, candidates[decision.evict])
         kept = torch.cat((held[held < request.shared_upto], candidates[decision.keep]))
         view.kept, view.upto = kept, seq_len
+
+    def keep_only(self, row: int, group: int, seq_len: int, keep: Tensor) -> None:
+        """The extend pass decided itself (StructKV) which private positions ``group`` keeps: drop the
+        others, read the kept ones from now on; the policy's scores of the step are folded in as
+        usual (decode compression stays the policy's).
+
+        Parameters
+        ----------
+        keep : Tensor
+            ``(k,)`` int64 private positions to keep, sorted.
+        """
+        request = self.views[row]
+        view = request.groups[group]
+        self._fold_scores(view)
+        held = view.positions(seq_len, self.device)
+        private = held[held >= request.shared_upto]
+        kept = torch.isin(private, keep)
+        if not bool(kept.all()):
+            self.drop(row, group, private[~kept])
+        view.kept = torch.cat((held[held < request.shared_upto], private[kept]))
+        view.upto = seq_len
 
     def _drop_role(self, row: int, group: int, seq_len: int, role: Optional[int]) -> None:
         """Calibration: drop the row's private tokens of ``role`` from this group."""

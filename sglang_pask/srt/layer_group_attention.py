@@ -10,6 +10,13 @@ bitwise that of stock SGLang. When the policy needs scores, the queries of the s
 they read (:func:`kernels.window_scores.sequence_window_scores`), and after a group's last layer the
 view table compresses the group. Without a layer-group pool (e.g. a draft model) it is stock SGLang.
 
+Under StructKV (a :class:`~.structkv_pass.StructKVPass` on the extend batch, :mod:`.structkv_model`)
+the batch's rows are the pass's: each request's queries are the rows it still computes, it writes KV
+only for them, and in a layer after its pruning began it reads the cached prefix plus those rows (the
+other fresh tokens have no K/V there). Every layer's last-window scores go to the pass, and after the
+model's last layer each group keeps, of the fresh tokens, exactly what the pass chooses at R_KV
+(:meth:`~.kv_views.KVViewTable.keep_only`); decode compression stays the policy's.
+
 Not supported (refused with an error): sliding-window layers, cross-attention, encoder-only models.
 """
 
@@ -26,6 +33,7 @@ from sglang_pask.kernels.window_scores import sequence_window_scores
 from sglang_pask.policy.distortion import attention_distortion
 from sglang_pask.srt.kv_views import KVViewTable
 from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
+from sglang_pask.srt.structkv_pass import PASS_ATTRIBUTE, StructKVPass
 
 # One request's read list in one group: (positions (k,) int64, physical slots (k,) int64).
 ReadList = tuple[torch.Tensor, torch.Tensor]
@@ -82,7 +90,9 @@ class LayerGroupTorchNativeAttnBackend(TorchNativeAttnBackend):
     def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True):  # noqa: D102 (SGLang's API)
         if not self.grouped:
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
-        return self._forward(q, k, v, layer, save_kv_cache, forward_batch.out_cache_loc, is_extend=True)
+        prune = getattr(forward_batch, PASS_ATTRIBUTE, None)
+        return self._forward(q, k, v, layer, save_kv_cache, forward_batch.out_cache_loc, is_extend=True,
+                             prune=prune)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):  # noqa: D102 (SGLang's API)
         if not self.grouped:
@@ -91,12 +101,16 @@ class LayerGroupTorchNativeAttnBackend(TorchNativeAttnBackend):
         return self._forward(q, k, v, layer, save_kv_cache, forward_batch.out_cache_loc, is_extend=False)
 
     def _forward(self, q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor], layer: Any,
-                 save_kv_cache: bool, out_cache_loc: torch.Tensor, is_extend: bool) -> torch.Tensor:
+                 save_kv_cache: bool, out_cache_loc: torch.Tensor, is_extend: bool,
+                 prune: Optional[StructKVPass] = None) -> torch.Tensor:
         """Write the step's K/V, attend each request over its group's read list, score, compress.
 
-        ``q``: ``(tokens, q_heads * head_dim)``; returns ``(tokens, q_heads * v_head_dim)``.
+        ``q``: ``(tokens, q_heads * head_dim)``; returns ``(tokens, q_heads * v_head_dim)``. With a
+        StructKV pass, ``tokens`` are the pass's current rows.
         """
         _refuse_unsupported(layer)
+        if prune is not None:
+            out_cache_loc = prune.out_cache_loc
         if save_kv_cache and k is not None and v is not None:
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(out_cache_loc, None), k, v)
         output = q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim))
@@ -107,9 +121,16 @@ class LayerGroupTorchNativeAttnBackend(TorchNativeAttnBackend):
         k_cache = pool.get_key_buffer(layer.layer_id)
         v_cache = pool.get_value_buffer(layer.layer_id)
         assert self.views is not None
-        score = self.views.needs_scores
+        score = self.views.needs_scores and (prune is None or prune.feeds_policy_scores())
+        counts = prune.counts if prune is not None else [new for _, _, _, new in self._batch]
         start = 0
-        for (row, seq_len, _, new), (positions, physical) in zip(self._batch, self._read_lists(group)):
+        for index, ((row, seq_len, prefix_len, _), (positions, physical), new) in enumerate(
+                zip(self._batch, self._read_lists(group), counts)):
+            if prune is not None:
+                computed = prune.computed(index, layer.layer_id)
+                if computed is not None:
+                    readable = (positions < prefix_len) | torch.isin(positions, computed)
+                    positions, physical = positions[readable], physical[readable]
             query = queries[:, start:start + new, :]
             keys = k_cache[physical].movedim(0, 1)
             values = v_cache[physical].movedim(0, 1)
@@ -136,15 +157,35 @@ class LayerGroupTorchNativeAttnBackend(TorchNativeAttnBackend):
                     window_q, keys.movedim(0, 1), values.movedim(0, 1), layer.scaling, probe.distortion_budget,
                     self.views.window,
                 ))
+            if prune is not None:
+                scored = min(new, prune.settings.window)
+                window_q = query[:, new - scored:, :].movedim(0, 1).float()
+                per_head = sequence_window_scores(window_q, keys.movedim(0, 1).float(), layer.scaling)
+                prune.add_scores(index, layer.layer_id, positions, per_head.sum(dim=0))
             if score:
                 scored = self.views.score_queries(new)
                 window_q = query[:, new - scored:, :].movedim(0, 1).float()
                 per_head = sequence_window_scores(window_q, keys.movedim(0, 1).float(), layer.scaling)
                 self.views.add_scores(row, group, positions, per_head.sum(dim=0), scored)
             start += new
-        if layer.layer_id == pool.layout.last_layers()[group]:
+        if prune is not None:
+            if layer.layer_id == len(pool.layer_group) - 1:
+                self._finish_structkv(prune)
+        elif layer.layer_id == pool.layout.last_layers()[group]:
             self._finish_group(group, is_extend)
         return output
+
+    def _finish_structkv(self, prune: StructKVPass) -> None:
+        """After the model's last layer under StructKV: every group keeps what the pass chooses of
+        each request's fresh tokens; then the step closes."""
+        assert self.views is not None
+        pool: LayerGroupMHAKVPool = self.token_to_kv_pool  # type: ignore[assignment]
+        for group, layers in enumerate(pool.layout.ranges):
+            for index, (row, seq_len, _, _) in enumerate(self._batch):
+                self.views.keep_only(row, group, seq_len, prune.kv_keep(index, group, layers))
+        for index, (row, seq_len, _, _) in enumerate(self._batch):
+            self.views.views[row].prefill = prune.report(index)
+            self.views.finish_step(row, seq_len, True)
 
     def _finish_group(self, group: int, is_extend: bool) -> None:
         """After a group's last layer: compress it per request; after the last group, close the step."""

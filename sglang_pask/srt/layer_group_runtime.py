@@ -191,6 +191,8 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
                 "group_budgets": state.budgets,
                 "policy": state.config.kv_policy,
             }
+            if request.prefill is not None:
+                stats["structkv"] = request.prefill
             if request.probe is not None and request.probe.distortion_budget is not None:
                 stats["distortion"] = [total / max(count, 1) for total, count in request.distortion]
             setattr(req, STATS_ATTRIBUTE, stats)

@@ -11,7 +11,11 @@ For one prompt of ``n`` tokens in a model of ``num_layers`` layers, the prefill 
    after the pivot compute on (or, with ``config.restart_prefill``, every layer from 0).
 4. Per layer, ``select_kv(S^(l), R_KV, window, positions, n)``: which of its tokens keep their KV.
 
-Modules: :mod:`.centrality`, :mod:`.pivot`, :mod:`.skeleton`.
+:class:`.prefill.PromptPruning` drives steps 1-3 online, layer by layer, as SGLang's extend pass
+runs (the pivot is settled while the layers run), and :func:`.prefill.kv_keep` is step 4 per layer
+group.
+
+Modules: :mod:`.centrality`, :mod:`.pivot`, :mod:`.skeleton`, :mod:`.prefill`.
 """
 
 from .centrality import CentralityAccumulator
@@ -24,13 +28,18 @@ from .pivot import (
     topk_count,
     transition_scores,
 )
+from .prefill import DEFAULT_PATIENCE, PromptPruning, PruneDecision, kv_keep
 from .skeleton import select_kv, select_skeleton, top_count
 
 __all__ = [
+    "DEFAULT_PATIENCE",
     "DEFAULT_WEIGHTS",
     "CentralityAccumulator",
     "PivotConfig",
+    "PromptPruning",
+    "PruneDecision",
     "detect_pivot",
+    "kv_keep",
     "layer_statistics",
     "normalized_gradient",
     "select_kv",

@@ -171,6 +171,29 @@ def detect_pivot(stats: Tensor, num_layers: int, weights: tuple[float, float, fl
     return int(torch.argmax(scores)) + 1
 
 
+def step_dominance(stats: Tensor, step: int, weights: tuple[float, float, float] = DEFAULT_WEIGHTS) -> float:
+    """How far the step from layer ``step`` to ``step + 1`` stands out of the other steps.
+
+    Each statistic's forward difference at ``step`` (signed as in :func:`transition_scores`: -H, rho,
+    V) is divided by the median magnitude of that statistic's differences, and the three are
+    weighted. A real concentration step scores far above 1; noise between similar layers scores
+    about 1 (an online prefill waits for a dominant step before it prunes, :mod:`.prefill`).
+
+    Parameters
+    ----------
+    stats : Tensor
+        ``(m, 3)`` float, ``m >= 2``: :func:`layer_statistics` of layers ``0 .. m-1``.
+    step : int
+        In ``[0, m - 2]``.
+    weights : tuple[float, float, float]
+        Weights of the entropy, top-k mass and variance differences.
+    """
+    signed = stats.float() * torch.tensor([-1.0, 1.0, 1.0], device=stats.device)
+    diffs = signed.diff(dim=0)
+    scale = diffs.abs().median(dim=0).values.clamp_min(_TINY)
+    return float((torch.tensor(weights, device=stats.device) * diffs[step] / scale).sum())
+
+
 @dataclass(frozen=True)
 class PivotConfig:
     """How the pivot layer is chosen and which scores select the skeleton there.

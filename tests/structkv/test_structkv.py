@@ -308,3 +308,49 @@ def test_core_never_imports_sglang() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_prompt_pruning_settles_a_planted_pivot_online(seed):
+    """Auto pivot: on 20 planted prompts (fresh seeds) the decision finds the planted pivot, no
+    earlier than ``patience`` layers after it, with the skeleton from the centrality at the pivot
+    (deciding online from noise can settle early now and then: at most 2 of 20); a fixed pivot
+    decides right after its layer."""
+    from sglang_pask.structkv import PromptPruning
+
+    num_layers, n, last_diffuse = 12, 200, 4
+    found = 0
+    for offset in range(20):
+        gen = torch.Generator().manual_seed(seed + offset)
+        layers, hubs = planted_layers(gen, num_layers, last_diffuse, n)
+        pruning = PromptPruning(PivotConfig(), num_layers, n, ratio=0.2, window=8, patience=2)
+        decision = None
+        for layer, scores in enumerate(layers):
+            decision = pruning.observe(layer, scores.sum(dim=0))
+            if decision is not None:
+                break
+        assert decision is not None and decision.decided_at <= num_layers - 2
+        assert decision.prunes_from == decision.decided_at + 1 and not decision.restart
+        assert decision.skeleton.numel() == math.floor(0.2 * n) + 8
+        if decision.pivot == last_diffuse + 1 and decision.decided_at >= decision.pivot + 2:
+            found += 1
+            assert set(hubs.tolist()) <= set(decision.skeleton.tolist()), f"seed={seed + offset}"
+    assert found >= 18, f"seed={seed}: planted pivot settled on {found} of 20"
+    fixed = PromptPruning(PivotConfig(pivot=3, gemfilter=True), num_layers, n, ratio=0.2, window=8)
+    assert [fixed.observe(layer, layers[layer].sum(dim=0)) is not None for layer in range(4)] == [False] * 3 + [True]
+    assert fixed.decision.restart and fixed.decision.prunes_from == 0
+    with pytest.raises(ValueError, match="out of order"):
+        fixed.observe(4, layers[4].sum(dim=0))
+
+
+def test_kv_keep_is_a_share_of_the_part_among_the_candidates(seed):
+    from sglang_pask.structkv import kv_keep
+
+    gen = torch.Generator().manual_seed(seed)
+    n = 120
+    scores = torch.rand(n, generator=gen)
+    skeleton = torch.cat((torch.randperm(n - 8, generator=gen)[:30].sort().values, torch.arange(n - 8, n)))
+    keep = kv_keep(scores, skeleton, ratio=0.1, window=8)
+    assert keep.numel() == math.floor(0.1 * n) + 8 and set(keep.tolist()) <= set(skeleton.tolist())
+    assert set(range(n - 8, n)) <= set(keep.tolist()) and bool((keep.diff() > 0).all())
+    everything = kv_keep(scores, torch.arange(n), ratio=1.0, window=8)
+    assert torch.equal(everything, torch.arange(n))

@@ -1,0 +1,281 @@
+"""Long-context accuracy and prefill time: full KV, StructKV, fixed pivot, GemFilter-style, SnapKV.
+
+RULER-style tasks are generated here, offline, from a fixed seed (no download):
+
+* **niah**: a needle "The special magic number for <key> is <7 digits>." at a random depth of a
+  haystack of RULER's noise sentences; the question asks for that key's number (correct when the
+  answer contains it);
+* **vt** (variable tracking): a chain ``VAR A = 12345``, ``VAR B = A``, ... of 4 variables spread
+  through the haystack; the question asks for every variable holding the value (correct when the
+  answer names all of them).
+
+Each prompt is sized with the model's tokenizer to the target length (2K, 4K, 8K tokens by default)
+in the model's chat template. For each mode this starts ``python -m sglang_pask.launch_server`` on
+the real default model (one server at a time, radix cache off so every prompt is computed in full,
+one layer group per layer so R_KV is per layer), sends the prompts one at a time, greedy, streamed,
+and measures accuracy and time to first token (TTFT: the prefill, one request alone on the server):
+
+* ``full``: ``--kv-policy full``;
+* ``structkv``: ``--structkv`` (auto pivot, R_struct 0.2, R_KV 0.1);
+* ``fixed-pivot``: ``--structkv --structkv-mode fixed-pivot --structkv-pivot N`` (FastKV-style);
+* ``gemfilter``: ``--structkv --structkv-mode gemfilter --structkv-pivot N``;
+* ``snapkv``: ``--kv-policy snapkv --kv-budget 0.1`` (full prefill, KV compressed after it).
+
+Prints a table (accuracy and median TTFT per mode and length, ratios against ``full`` of the same
+run); ``--json`` writes it with the per-item results, command, date, machine and commit;
+``--markdown`` writes the table as Markdown.
+
+Example::
+
+    python -m bench.long_context --lengths 2048 4096 8192 --items 10 --json bench/results/long_context.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Sequence
+
+import requests
+from tqdm import tqdm
+
+from bench.common import git_commit
+
+MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
+TASKS: tuple[str, ...] = ("niah", "vt")
+SEED = 20261130
+# RULER's noise haystack.
+NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+VT_HOPS = 4
+ANSWER_TOKENS = 40
+
+
+@dataclass(frozen=True)
+class Item:
+    """One generated prompt: its task, target length, chat text and what a correct answer holds."""
+
+    task: str
+    length: int
+    index: int
+    text: str
+    expected: tuple[str, ...]
+
+
+@dataclass
+class Outcome:
+    """One answer: correctness and time to first token."""
+
+    mode: str
+    task: str
+    length: int
+    index: int
+    correct: bool
+    ttft_s: float
+    answer: str
+
+
+def _filled(pieces: list[tuple[float, str]], noise_units: int) -> str:
+    """``noise_units`` noise sentences groups with each ``(depth, text)`` inserted at its depth."""
+    units = [NOISE] * noise_units
+    for depth, text in sorted(pieces, reverse=True):
+        units.insert(round(depth * noise_units), text + " ")
+    return "".join(units)
+
+
+def _task_body(task: str, rng: random.Random) -> tuple[list[tuple[float, str]], str, tuple[str, ...]]:
+    """The inserted pieces, the question and the expected answer parts of one item."""
+    if task == "niah":
+        key = "-".join(rng.choice(("alpha", "river", "stone", "cloud", "ember", "maple")) for _ in range(2))
+        value = str(rng.randint(1_000_000, 9_999_999))
+        return ([(rng.random(), f"One of the special magic numbers for {key} is: {value}.")],
+                f"What is the special magic number for {key} mentioned in the provided text? Answer with the number.",
+                (value,))
+    names = rng.sample([chr(c) * 5 for c in range(ord("A"), ord("Z") + 1)], VT_HOPS)
+    value = str(rng.randint(10_000, 99_999))
+    lines = [f"VAR {names[0]} = {value}."] + [f"VAR {names[i]} = VAR {names[i - 1]}." for i in range(1, VT_HOPS)]
+    depths = sorted(rng.random() * 0.9 for _ in lines)
+    return (list(zip(depths, lines)),
+            f"Find all variables that are assigned the value {value} in the text above. "
+            f"Answer with the variable names, separated by spaces.",
+            tuple(names))
+
+
+def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], per_task: int) -> list[Item]:
+    """Every (task, length, index) prompt, generated from :data:`SEED`, sized to the length in tokens."""
+    items = []
+    for task in tasks:
+        for length in lengths:
+            for index in range(per_task):
+                rng = random.Random(f"{SEED}-{task}-{length}-{index}")
+                pieces, question, expected = _task_body(task, rng)
+                intro = "Read the text below and answer the question after it.\n\n"
+
+                def render(units: int) -> str:
+                    content = intro + _filled(pieces, units) + "\n\n" + question
+                    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
+                                                         add_generation_prompt=True)
+
+                per_unit = len(tokenizer(NOISE)["input_ids"])
+                units = max(1, length // per_unit)
+                while units > 1 and len(tokenizer(render(units))["input_ids"]) > length:
+                    units -= max(1, (len(tokenizer(render(units))["input_ids"]) - length) // per_unit)
+                items.append(Item(task, length, index, render(units), expected))
+    return items
+
+
+def server_flags(mode: str, fixed_pivot: int, gemfilter_pivot: int) -> list[str]:
+    """sglang-pask flags of a mode (see the module docstring)."""
+    return {
+        "full": ["--kv-policy", "full"],
+        "structkv": ["--structkv", "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
+        "fixed-pivot": ["--structkv", "--structkv-mode", "fixed-pivot", "--structkv-pivot", str(fixed_pivot),
+                        "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
+        "gemfilter": ["--structkv", "--structkv-mode", "gemfilter", "--structkv-pivot", str(gemfilter_pivot),
+                      "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
+        "snapkv": ["--kv-policy", "snapkv", "--kv-budget", "0.1"],
+    }[mode]
+
+
+def ask(url: str, item: Item) -> tuple[str, float]:
+    """Stream one greedy answer; returns it and the time to its first chunk (seconds)."""
+    start = time.perf_counter()
+    ttft = None
+    text = ""
+    payload = {"text": item.text, "stream": True,
+               "sampling_params": {"temperature": 0, "max_new_tokens": ANSWER_TOKENS}}
+    with requests.post(f"{url}/generate", json=payload, stream=True, timeout=1800) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
+                continue
+            if ttft is None:
+                ttft = time.perf_counter() - start
+            text = json.loads(line[5:])["text"]
+    return text, ttft if ttft is not None else time.perf_counter() - start
+
+
+def is_correct(item: Item, answer: str) -> bool:
+    return all(part in answer for part in item.expected)
+
+
+def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Namespace, log_dir: Path) -> list[Outcome]:
+    from sglang_pask.server_process import ServerProcess
+
+    flags = ["--model-path", model_path, "--disable-radix-cache", "--kv-layer-groups", str(args.layer_groups),
+             *server_flags(mode, args.fixed_pivot, args.gemfilter_pivot), *shlex.split(args.server_args)]
+    server = ServerProcess(flags, log_dir / f"{mode}.log").wait_ready(timeout_s=900)
+    outcomes = []
+    try:
+        ask(server.url, items[0])  # warm-up (first-call allocations), not counted
+        for item in tqdm(items, desc=mode, file=sys.stderr):
+            answer, ttft = ask(server.url, item)
+            outcomes.append(Outcome(mode, item.task, item.length, item.index, is_correct(item, answer), ttft, answer))
+    finally:
+        server.stop()
+    return outcomes
+
+
+def summarize(outcomes: list[Outcome]) -> list[dict]:
+    """Per (mode, length): accuracy over tasks, median TTFT, and both against ``full``."""
+    rows = []
+    keys = sorted({(o.mode, o.length) for o in outcomes}, key=lambda k: (k[1], MODES.index(k[0])))
+    for mode, length in keys:
+        mine = [o for o in outcomes if o.mode == mode and o.length == length]
+        full = [o for o in outcomes if o.mode == "full" and o.length == length]
+        row = {"mode": mode, "length": length, "items": len(mine),
+               "accuracy": sum(o.correct for o in mine) / len(mine),
+               "ttft_s": statistics.median(o.ttft_s for o in mine)}
+        for task in TASKS:
+            of_task = [o for o in mine if o.task == task]
+            row[f"accuracy_{task}"] = sum(o.correct for o in of_task) / len(of_task) if of_task else None
+        if full:
+            full_accuracy = sum(o.correct for o in full) / len(full)
+            row["accuracy_vs_full"] = row["accuracy"] / full_accuracy if full_accuracy else None
+            row["ttft_vs_full"] = row["ttft_s"] / statistics.median(o.ttft_s for o in full)
+        rows.append(row)
+    return rows
+
+
+def format_table(rows: list[dict], markdown: bool = False) -> str:
+    header = ["length", "mode", "items", "acc", "acc niah", "acc vt", "acc/full", "TTFT s", "TTFT/full"]
+
+    def cell(value: Any, digits: int = 2) -> str:
+        return "-" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
+
+    body = [[str(r["length"]), r["mode"], str(r["items"]), cell(r["accuracy"]), cell(r["accuracy_niah"]),
+             cell(r["accuracy_vt"]), cell(r.get("accuracy_vs_full")), cell(r["ttft_s"]),
+             cell(r.get("ttft_vs_full"))] for r in rows]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
+    widths = [max(len(x) for x in column) for column in zip(header, *body)]
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [header, *body])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.long_context", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes to run (default: all)")
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="tasks (default: niah vt)")
+    parser.add_argument("--lengths", nargs="+", type=int, default=[2048, 4096, 8192],
+                        help="prompt lengths in tokens (default: 2048 4096 8192)")
+    parser.add_argument("--items", type=int, default=10, help="items per task and length (default: 10)")
+    parser.add_argument("--fixed-pivot", type=int, default=11, help="pivot layer of fixed-pivot mode (default: 11)")
+    parser.add_argument("--gemfilter-pivot", type=int, default=9, help="selection layer of gemfilter mode (default: 9)")
+    parser.add_argument("--layer-groups", type=int, default=24,
+                        help="--kv-layer-groups: one per layer of the default model (default: 24)")
+    parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
+    parser.add_argument("--server-args", default="--max-total-tokens 65536",
+                        help="extra server flags (default: --max-total-tokens 65536)")
+    parser.add_argument("--json", default=None, help="write results and run details to this JSON file")
+    parser.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from transformers import AutoTokenizer
+
+    from sglang_pask.default_model import ensure_default_model
+
+    model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    items = build_items(tokenizer, args.tasks, args.lengths, args.items)
+    outcomes: list[Outcome] = []
+    modes = ["full"] + [m for m in args.modes if m != "full"] if "full" in args.modes else list(args.modes)
+    with tempfile.TemporaryDirectory(prefix="bench-long-context-") as log_dir:
+        for mode in modes:
+            outcomes += run_mode(mode, model_path, items, args, Path(log_dir))
+            print(format_table(summarize(outcomes)), file=sys.stderr)
+    rows = summarize(outcomes)
+    table = format_table(rows)
+    print(table)
+    if args.markdown:
+        Path(args.markdown).write_text(format_table(rows, markdown=True) + "\n")
+    if args.json:
+        record = {
+            "command": "python -m bench.long_context " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
+            "commit": git_commit(),
+            "model": model_path,
+            "seed": SEED,
+            "summary": rows,
+            "results": [asdict(o) for o in outcomes],
+            "table": table,
+        }
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

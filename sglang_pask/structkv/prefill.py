@@ -1,0 +1,197 @@
+"""One prompt's StructKV prefill, layer by layer: when to prune, to which skeleton, which KV to keep.
+
+A prefill must decide to prune *while* its layers run, before the layers after the pivot. So the
+pivot is settled online (:meth:`PromptPruning.observe`, after every layer that runs on the whole
+prompt):
+
+- fixed pivot ``N`` (``fixed-pivot``, ``gemfilter``, or ``structkv`` with ``--structkv-pivot N``):
+  the decision comes right after layer ``N``; pruning starts at layer ``N + 1`` (GemFilter: the
+  prefill restarts from layer 0 on the skeleton);
+- ``pivot="auto"``: after layer ``d`` the pivot of the statistics seen so far is
+  ``L*_d = detect_pivot(stats[0..d])`` (:mod:`.pivot`). The decision is taken at the first ``d >= 4``
+  with ``d - L*_d >= patience`` (the sharpest concentration step seen is ``patience`` layers back and
+  no sharper one came since) whose step *dominates* (:func:`.pivot.step_dominance` at least
+  ``dominance``: the normalized gradients alone rank noise between similar early layers as a
+  transition too), or else at ``d = num_layers - 2`` (the last layer after which pruning still saves a
+  layer), where it is the paper's ``argmax T + 1`` over every layer seen. The skeleton comes from ``C_(L*)``, the centrality *at the pivot*; layers
+  ``L* + 1 .. d`` already ran on the whole prompt (the price of deciding online, at most
+  ``patience`` layers), and pruning starts at ``d + 1``.
+
+The skeleton is :func:`.skeleton.select_skeleton` of that centrality at ``R_struct`` (plus the
+window). The KV each layer group keeps for decode is :func:`kv_keep` at ``R_KV``, chosen by the
+group's own scores among the tokens every layer of the group computed: independent of ``R_struct``
+(a group after the pivot can keep at most the skeleton).
+
+Pure torch (no sglang import). Positions here are *local*: ``0 .. n-1`` over the ``n`` tokens the
+extend pass computes (a radix-cached prefix is not among them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from .centrality import CentralityAccumulator
+from .pivot import PivotConfig, detect_pivot, layer_statistics, step_dominance
+from .skeleton import select_kv, select_skeleton
+
+# Layers between the pivot detected so far and the current one before an auto pivot is settled.
+DEFAULT_PATIENCE = 2
+# How far (in median steps) the pivot's step must stand out to settle before num_layers - 2.
+DEFAULT_DOMINANCE = 12.0
+# Differences needed before the median of the steps means anything.
+_MIN_STEPS = 4
+
+
+@dataclass(frozen=True)
+class PruneDecision:
+    """What the prefill does after the layer that settled it.
+
+    Attributes
+    ----------
+    pivot : int
+        ``L*``: the centrality's layer.
+    decided_at : int
+        The layer after which the rows shrink (``>= pivot``); with :attr:`restart`, the layer
+        after which the prefill restarts from layer 0 on the skeleton.
+    skeleton : Tensor
+        ``(k,)`` int64 local indices, sorted, unique, including the last ``window``.
+    restart : bool
+        GemFilter-style: rerun every layer from 0 on the skeleton.
+    """
+
+    pivot: int
+    decided_at: int
+    skeleton: Tensor
+    restart: bool
+
+    @property
+    def prunes_from(self) -> int:
+        """The first layer that computes on the skeleton only (0 with a restart)."""
+        return 0 if self.restart else self.decided_at + 1
+
+
+class PromptPruning:
+    """The centrality, statistics and pruning decision of one prompt part of ``length`` tokens.
+
+    Parameters
+    ----------
+    pivot : PivotConfig
+        Pivot mode (auto, fixed, GemFilter), decay and statistic weights.
+    num_layers : int
+        The model's layers, at least 3 (a pivot in ``[1, num_layers - 2]`` leaves a layer to prune).
+    length : int
+        ``n``: tokens the extend pass computes for this prompt.
+    ratio : float
+        ``R_struct`` in (0, 1].
+    window : int
+        The last-window queries and the window every selection keeps, at least 1.
+    patience : int
+        Auto pivot only: see the module docstring; at least 1.
+    dominance : float
+        Auto pivot only: see the module docstring.
+
+    Raises
+    ------
+    ValueError
+        On ``num_layers < 3``, a fixed pivot beyond ``num_layers - 2``, ``length < 1``,
+        ``patience < 1``.
+    """
+
+    def __init__(self, pivot: PivotConfig, num_layers: int, length: int, ratio: float, window: int,
+                 patience: int = DEFAULT_PATIENCE, dominance: float = DEFAULT_DOMINANCE) -> None:
+        if num_layers < 3:
+            raise ValueError(f"StructKV prunes after a pivot in [1, num_layers - 2]; the model has {num_layers} layers")
+        if pivot.pivot != "auto" and not 1 <= pivot.pivot <= num_layers - 2:
+            raise ValueError(f"fixed pivot {pivot.pivot} must be in [1, {num_layers - 2}] for {num_layers} layers")
+        if length < 1 or patience < 1:
+            raise ValueError(f"need length >= 1 and patience >= 1, got {length} and {patience}")
+        self.config = pivot
+        self.num_layers = num_layers
+        self.length = length
+        self.ratio = ratio
+        self.window = window
+        self.patience = patience
+        self.dominance = dominance
+        self.centrality = CentralityAccumulator(pivot.centrality_decay)
+        self._stats: list[Tensor] = []
+        self.decision: Optional[PruneDecision] = None
+
+    def observe(self, layer: int, scores: Tensor) -> Optional[PruneDecision]:
+        """Fold in the window scores of ``layer`` (run on the whole part) and decide if it is time.
+
+        Parameters
+        ----------
+        layer : int
+            The layer that just ran; layers come in order from 0.
+        scores : Tensor
+            ``(length,)`` float: attention the last-window queries paid to each token, summed over
+            heads.
+
+        Returns
+        -------
+        PruneDecision or None
+            The decision when it is taken after this layer (once), else None.
+
+        Raises
+        ------
+        ValueError
+            If layers come out of order, after the decision, or the scores have the wrong length.
+        """
+        if self.decision is not None or layer != self.centrality.num_layers:
+            raise ValueError(f"layer {layer} observed out of order ({self.centrality.num_layers} layers seen, "
+                             f"decided: {self.decision is not None})")
+        if scores.shape != (self.length,):
+            raise ValueError(f"layer scores must be ({self.length},), got {tuple(scores.shape)}")
+        self.centrality.add(scores)
+        if self.config.needs_statistics:
+            self._stats.append(layer_statistics(scores, self.config.topk_ratio))
+        pivot = self._settled_pivot(layer)
+        if pivot is None:
+            return None
+        skeleton = select_skeleton(self.centrality.centrality(pivot), self.ratio, self.window)
+        self.decision = PruneDecision(pivot, layer, skeleton, self.config.restart_prefill)
+        return self.decision
+
+    def _settled_pivot(self, layer: int) -> Optional[int]:
+        if not self.config.needs_statistics:
+            pivot = self.config.pivot_layer(self.num_layers)
+            return pivot if layer == pivot else None
+        if layer < 1:
+            return None
+        stats = torch.stack(self._stats)
+        pivot = detect_pivot(stats, self.num_layers, self.config.weights)
+        if layer >= self.num_layers - 2:
+            return pivot
+        if layer < _MIN_STEPS or layer - pivot < self.patience:
+            return None
+        return pivot if step_dominance(stats, pivot - 1, self.config.weights) >= self.dominance else None
+
+
+def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int) -> Tensor:
+    """The local positions whose KV a layer group keeps for decode: top ``R_KV`` by its own scores.
+
+    Parameters
+    ----------
+    group_scores : Tensor
+        ``(n,)`` float: the window scores of the part's tokens summed over the group's layers (0
+        where a layer did not compute a token).
+    candidates : Tensor
+        ``(c,)`` int64 local positions, sorted, unique, with the whole window: what every layer of
+        the group computed (all ``n``, or the skeleton).
+    ratio : float
+        ``R_KV`` in (0, 1]: a share of ``n``, not of the candidates.
+    window : int
+        Positions ``>= n - window`` are always kept.
+
+    Returns
+    -------
+    Tensor
+        ``(min(c, floor(ratio * n) + min(window, n)),)`` int64 local positions, sorted.
+    """
+    n = group_scores.numel()
+    chosen = select_kv(group_scores[candidates], ratio, window, positions=candidates, seq_len=n)
+    return candidates[chosen]
