@@ -23,28 +23,38 @@ from sglang_pask.policy import PaskTable, available_policies, capacity, get_poli
 from sglang_pask.structure.roles import Role  # noqa: E402
 from sglang_pask.srt.kv_views import KVViewTable  # noqa: E402
 from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend  # noqa: E402
+from sglang_pask.srt.group_sizing import group_slot_counts, virtual_slot_count  # noqa: E402
 from sglang_pask.srt.layer_group_pool import (  # noqa: E402
     LayerGroupAllocator,
     LayerGroupLayout,
     LayerGroupMHAKVPool,
-    virtual_slot_count,
+    LayerGroupPrefillBudget,
 )
 
 Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 8, 2
 SLOTS, ROWS, CONTEXT = 256, 8, 128
 
 
-def make_pool(pool_class=LayerGroupMHAKVPool, dtype=torch.float32):
-    return pool_class(SLOTS, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM, layer_num=LAYERS,
-                      device="cpu", enable_memory_saver=False)
+def make_pool(pool_class=LayerGroupMHAKVPool, dtype=torch.float32, layers=LAYERS, **layout):
+    return pool_class(SLOTS, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM, layer_num=layers,
+                      device="cpu", enable_memory_saver=False, **layout)
 
 
-def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, **options):
+def grouped_layout(budgets, group_slots=None, layers=LAYERS):
+    """One layer per group unless ``layers`` says otherwise; ``group_slots`` defaults to ``P`` each."""
+    per_group = layers // len(budgets)
+    ranges = tuple(range(g * per_group, (g + 1) * per_group) for g in range(len(budgets)))
+    slots = tuple(group_slots or [SLOTS] * len(budgets))
+    return LayerGroupLayout(ranges, SLOTS, slots, virtual_slot_count(slots, budgets))
+
+
+def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, budgets=None,
+                 group_slots=None, **options):
     """A layer-group pool (one layer per group), its allocator and view table, and req_to_token."""
-    pool = make_pool()
-    budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
-    pool.attach_layout(LayerGroupLayout((range(0, 1), range(1, 2)), SLOTS, virtual_slot_count(SLOTS, max(budgets))))
-    allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False)
+    if budgets is None:
+        budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
+    pool = make_pool(layout=grouped_layout(budgets, group_slots))
+    allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False, budgets=budgets)
     req_to_token = torch.zeros((ROWS, CONTEXT), dtype=torch.int32)
 
     def drop(row, group, positions):
