@@ -17,13 +17,14 @@ reads.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-from sglang.srt.mem_cache.memory_pool import KVWriteLoc, MHATokenToKVPool, _set_kv_buffer_impl
+from sglang.srt.mem_cache.memory_pool import KvBufferDesc, KVWriteLoc, MHATokenToKVPool, _set_kv_buffer_impl
 from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
 
@@ -127,6 +128,20 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
             self.size, self.layer_num = size, layer_num
         self.k_buffer, self.v_buffer = k_buffers, v_buffers
 
+    def _build_kv_buffer_descs(self) -> list[KvBufferDesc]:
+        """SGLang's per-buffer descriptors (k0..k(L-1), then v0..v(L-1)), each with its layer's own
+        shape. (Consumers that size every buffer from ``size``, as PD transfer does, are not
+        supported with groups of different sizes.)"""
+        if self.layout.equal_groups:
+            return super()._build_kv_buffer_descs()
+        itemsize = self.store_dtype.itemsize
+        return [
+            KvBufferDesc(f"{prefix}{layer}", tuple(buffer.shape), row_bytes=math.prod(buffer.shape[1:]) * itemsize,
+                         tokens_per_row=1)
+            for prefix, buffers in (("k", self.k_buffer), ("v", self.v_buffer))
+            for layer, buffer in enumerate(buffers)
+        ]
+
     def _store_kv_layer(self, layer_idx: int, loc: torch.Tensor, cache_k: torch.Tensor,
                         cache_v: torch.Tensor) -> None:
         """SGLang's write into layer ``layer_idx``, bounded by that layer's own rows."""
@@ -168,22 +183,16 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
 
     ``alloc(n)`` takes ``n`` virtual ids and ``n`` physical slots in each group (all or nothing);
     ``free(ids)`` returns the ids and whatever physical slots they still hold; :meth:`drop` returns
-    one group's slots of some ids while the ids stay allocated.
-
-    Two sizes answer "how much is free": :meth:`allocatable_size` is what ``alloc`` can serve now
-    (the fewest free ids or slots of any group); :meth:`available_size`, what SGLang's admission
-    and reservations count in, is the same in *admission units*: slots of the smallest group, each
-    group's free slots scaled by ``P_min / P_g``. In those units a prompt token (written to every
-    group) costs at most 1 and a decoded token at most ``growth_rate`` (:meth:`decode_growth`) in
-    every group, so one scalar bounds every group's demand. With groups of equal size both sizes are
-    SGLang's own.
+    one group's slots of some ids while the ids stay allocated. ``available_size()`` is what can be
+    allocated now: the fewest free ids or free slots of any group (the fullest group, in tokens).
+    Admission counts every group on its own (:class:`~.layer_group_admission.LayerGroupPrefillBudget`).
 
     Parameters
     ----------
     pool : LayerGroupMHAKVPool
         The pool (its layout gives the slot counts).
     budgets : Sequence[float], optional
-        ``(num_groups,)`` group budgets, for the decode growth rate (all 1.0 when omitted).
+        ``(num_groups,)`` group budgets, for the decode growth (all 1.0 when omitted).
     growth_overhead : int
         Fixed slots a request's decode may hold above ``b_g`` of its tokens in a group (window,
         reserved tokens, compression slack).
@@ -196,9 +205,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         if len(budgets) != layout.num_groups:
             raise ValueError(f"{len(budgets)} budgets for {layout.num_groups} layer groups")
         self.pool = pool
-        self.unit_slots = min(layout.group_slots)
-        # A decoded token takes up to b_g slots in group g: b_g * P_min / P_g admission units.
-        self.growth_rate = min(1.0, max(b * self.unit_slots / p for b, p in zip(budgets, layout.group_slots)))
+        self.budgets = budgets
         self.growth_overhead = growth_overhead
         self.peak_group_used = [0] * layout.num_groups
         self.group_allocators = [
@@ -212,43 +219,34 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             allocator.clear()
         self.pool.group_loc.zero_()
 
-    def decode_growth(self, new_tokens: float) -> float:
-        """Admission units a request's next ``new_tokens`` decoded tokens take, in the fullest group.
+    def decode_growth(self, group: int, new_tokens: float) -> float:
+        """Slots a request's next ``new_tokens`` decoded tokens take in ``group``.
 
-        The groups keep about ``b_g`` of the decoded tokens plus a fixed overhead (the window, the
-        policy's reserved tokens, the compression slack): ``min(n, growth_rate * n + overhead)``.
-        SGLang's admission reserves this for decode growth instead of ``n``.
+        The group keeps about ``b_g`` of the decoded tokens plus a fixed overhead (the window, the
+        policy's reserved tokens, the compression slack): ``min(n, b_g * n + overhead)``. Admission
+        reserves this for decode growth in the group instead of ``n``.
         """
-        return min(new_tokens, self.growth_rate * new_tokens + self.growth_overhead)
-
-    def _units(self, group: int, slots: int) -> int:
-        """``slots`` of ``group`` in admission units (slots of the smallest group), rounded down."""
-        return slots * self.unit_slots // self.pool.layout.group_slots[group]
+        return min(new_tokens, self.budgets[group] * new_tokens + self.growth_overhead)
 
     def create_prefill_budget(self, tree_cache: Any, *, num_mixed_decode_tokens: int = 0) -> PrefillBudget:
+        from sglang_pask.srt.layer_group_admission import LayerGroupPrefillBudget
+
         return LayerGroupPrefillBudget(self, tree_cache, num_mixed_decode_tokens=num_mixed_decode_tokens)
 
     def available_size(self) -> int:
-        """Free capacity in admission units: the fewest free ids, or free slots of any group scaled
-        to the smallest group's."""
-        return min(super().available_size(),
-                   *(self._units(g, a.available_size()) for g, a in enumerate(self.group_allocators)))
-
-    def allocatable_size(self) -> int:
-        """Tokens ``alloc`` can serve now: the fewest free ids or free slots of any group."""
         return min(super().available_size(), *(a.available_size() for a in self.group_allocators))
 
     def virtual_available_size(self) -> int:
         """Free virtual ids (for the scheduler's conservation check)."""
         return super().available_size()
 
-    def allocatable_after_eviction(self, cached: torch.Tensor, cached_evictable: int, protected: int) -> int:
-        """How many tokens could be allocated once the unlocked part of the prefix cache is evicted.
+    def allocatable_after_eviction(self, cached: torch.Tensor, cached_evictable: int,
+                                   protected: int) -> tuple[int, list[int]]:
+        """What could be allocated once the unlocked part of the prefix cache is evicted.
 
-        Per group, the free slots plus what the cache's evictable tokens hold there, which is at
-        least the slots the cache holds in that group minus one per protected (locked) token, in
-        admission units; for ids, the free ids plus the evictable tokens. The smallest of these: a
-        lower bound.
+        For ids, the free ids plus the evictable tokens; per group, the free slots plus what the
+        cache's evictable tokens hold there, which is at least the slots the cache holds in that
+        group minus one per protected (locked) token: lower bounds.
 
         Parameters
         ----------
@@ -258,12 +256,16 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             How many of them are evictable.
         protected : int
             How many of them are locked by running requests.
+
+        Returns
+        -------
+        tuple[int, list[int]]
+            Ids, and ``(num_groups,)`` slots per group.
         """
         held = (self.pool.group_loc[:, cached.long()] > 0).sum(dim=1).tolist() if cached.numel() else \
             [0] * len(self.group_allocators)
-        per_group = [self._units(g, a.available_size() + max(0, h - protected))
-                     for g, (a, h) in enumerate(zip(self.group_allocators, held))]
-        return min(self.virtual_available_size() + cached_evictable, *per_group)
+        per_group = [a.available_size() + max(0, h - protected) for a, h in zip(self.group_allocators, held)]
+        return self.virtual_available_size() + cached_evictable, per_group
 
     def group_used_slots(self, group: int) -> int:
         """Physical slots of ``group`` in use."""
@@ -358,39 +360,3 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             elif torch.unique(torch.cat((mapped, free))).numel() != slots:
                 problems.append(f"layer group {group}: a physical slot is mapped twice or both mapped and free")
         return problems
-
-
-class LayerGroupPrefillBudget(PrefillBudget):
-    """SGLang's prefill admission budget, counting slots as the layer groups hold them.
-
-    * The prompt is charged in full (prefill writes every token to every group before the policy
-      compresses them); a request's future decode tokens are charged
-      :meth:`LayerGroupAllocator.decode_growth`.
-    * What evicting the prefix cache would free is counted per group in slots, not in token ids: a
-      cached token whose group slots were dropped before it was cached frees fewer slots than ids
-      (:meth:`LayerGroupAllocator.allocatable_after_eviction`, taken once per scheduling round).
-    """
-
-    allocator: LayerGroupAllocator
-    _allocatable: Optional[int] = None
-
-    def _available_and_evictable(self) -> int:
-        if self._allocatable is None:
-            tree = self.tree_cache
-            if tree is None or not tree.supports_prefix_sharing():
-                self._allocatable = self.allocator.available_size()
-            else:
-                self._allocatable = self.allocator.allocatable_after_eviction(
-                    tree.all_values_flatten(), tree.evictable_size(), tree.protected_size())
-        return self._allocatable
-
-    def reserve(self, extend_input_len: int, max_new_tokens: int, **kwargs: Any) -> None:
-        super().reserve(extend_input_len, self.allocator.decode_growth(max_new_tokens), **kwargs)
-
-
-def running_decode_reserve(original: Any, adder: Any, req: Any) -> float:
-    """AROUND hook of ``PrefillAdder._get_running_request_total_token_offset``: a running request's
-    decode headroom, as its layer groups will keep it."""
-    reserve = original(adder, req)
-    allocator = adder.token_to_kv_pool_allocator
-    return allocator.decode_growth(reserve) if isinstance(allocator, LayerGroupAllocator) else reserve
