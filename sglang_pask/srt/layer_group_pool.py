@@ -92,6 +92,8 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
     def __init__(self, size: int, *args: Any, layout: LayerGroupLayout, **kwargs: Any):
         if layout.physical_slots != size:
             raise ValueError(f"layout has {layout.physical_slots} physical slots but the pool has {size}")
+        if not layout.equal_groups and kwargs.get("post_capture_active"):
+            raise NotImplementedError("layer groups of different sizes do not support post-capture KV backing")
         self.layout = layout  # read by _create_buffers_normal, inside SGLang's constructor
         super().__init__(size, *args, **kwargs)
         if sum(len(r) for r in layout.ranges) != self.layer_num:
