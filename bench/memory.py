@@ -61,6 +61,8 @@ class ConfigMemory:
     kv_fraction: float
     peak_concurrent_requests: int
     peak_group_slots: list[int]
+    group_slots: list[int]
+    pool_bytes: int
     tokens_per_s: float
     wall_s: float
 
@@ -94,7 +96,7 @@ def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[
         wall = time.perf_counter() - start
         usage = requests.get(f"{server.url}/server_info", timeout=60).json()
         usage = usage["internal_states"][0]["sglang_pask"]["kv_pool"]
-    per_token = [group["bytes"] / group["slots"] for group in usage["groups"]]
+    per_token = [group["bytes_per_slot"] for group in usage["groups"]]
     kept_bytes, full_bytes = [], []
     for result in results:
         stats = result["meta_info"]["kv_stats"]
@@ -110,6 +112,8 @@ def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[
         kv_fraction=sum(k / f for k, f in zip(kept_bytes, full_bytes)) / len(results),
         peak_concurrent_requests=usage["peak_running_requests"],
         peak_group_slots=[group["peak_slots_in_use"] for group in usage["groups"]],
+        group_slots=[group["slots"] for group in usage["groups"]],
+        pool_bytes=usage["bytes"],
         tokens_per_s=generated / wall,
         wall_s=wall,
     )

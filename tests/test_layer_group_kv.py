@@ -23,28 +23,38 @@ from sglang_pask.policy import PaskTable, available_policies, capacity, get_poli
 from sglang_pask.structure.roles import Role  # noqa: E402
 from sglang_pask.srt.kv_views import KVViewTable  # noqa: E402
 from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend  # noqa: E402
+from sglang_pask.srt.group_sizing import group_slot_counts, virtual_slot_count  # noqa: E402
+from sglang_pask.srt.layer_group_admission import LayerGroupPrefillBudget  # noqa: E402
 from sglang_pask.srt.layer_group_pool import (  # noqa: E402
     LayerGroupAllocator,
     LayerGroupLayout,
     LayerGroupMHAKVPool,
-    virtual_slot_count,
 )
 
 Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 8, 2
 SLOTS, ROWS, CONTEXT = 256, 8, 128
 
 
-def make_pool(pool_class=LayerGroupMHAKVPool, dtype=torch.float32):
-    return pool_class(SLOTS, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM, layer_num=LAYERS,
-                      device="cpu", enable_memory_saver=False)
+def make_pool(pool_class=LayerGroupMHAKVPool, dtype=torch.float32, layers=LAYERS, **layout):
+    return pool_class(SLOTS, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM, layer_num=layers,
+                      device="cpu", enable_memory_saver=False, **layout)
 
 
-def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, **options):
+def grouped_layout(budgets, group_slots=None, layers=LAYERS):
+    """One layer per group unless ``layers`` says otherwise; ``group_slots`` defaults to ``P`` each."""
+    per_group = layers // len(budgets)
+    ranges = tuple(range(g * per_group, (g + 1) * per_group) for g in range(len(budgets)))
+    slots = tuple(group_slots or [SLOTS] * len(budgets))
+    return LayerGroupLayout(ranges, SLOTS, slots, virtual_slot_count(slots, budgets))
+
+
+def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, budgets=None,
+                 group_slots=None, **options):
     """A layer-group pool (one layer per group), its allocator and view table, and req_to_token."""
-    pool = make_pool()
-    budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
-    pool.attach_layout(LayerGroupLayout((range(0, 1), range(1, 2)), SLOTS, virtual_slot_count(SLOTS, max(budgets))))
-    allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False)
+    if budgets is None:
+        budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
+    pool = make_pool(layout=grouped_layout(budgets, group_slots))
+    allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False, budgets=budgets)
     req_to_token = torch.zeros((ROWS, CONTEXT), dtype=torch.int32)
 
     def drop(row, group, positions):
@@ -262,9 +272,10 @@ def test_admission_counts_what_evicting_the_cache_frees_per_group():
     allocator.drop(1, cached[: SLOTS // 2])
     assert allocator.available_size() == 6  # group 0 is the fullest
     free_ids = allocator.virtual_available_size()
-    assert allocator.allocatable_after_eviction(cached, cached.numel(), 0) == min(
-        free_ids + cached.numel(), 6 + (SLOTS - 6), (SLOTS // 2 + 6) + (SLOTS - 6 - SLOTS // 2))
-    assert allocator.allocatable_after_eviction(cached, cached.numel() - 10, 10) == SLOTS - 10
+    assert allocator.allocatable_after_eviction(cached, cached.numel(), 0) == (
+        free_ids + cached.numel(), [6 + (SLOTS - 6), (SLOTS // 2 + 6) + (SLOTS - 6 - SLOTS // 2)])
+    ids, groups = allocator.allocatable_after_eviction(cached, cached.numel() - 10, 10)
+    assert min(ids, *groups) == SLOTS - 10
 def test_pask_floors_protect_their_role_in_their_group_only():
     floors = [0.0] * len(Role)
     floors[Role.SCHEMA_PARAM_NAME] = 1.0
@@ -284,3 +295,188 @@ def test_pask_floors_protect_their_role_in_their_group_only():
     assert len(kept[0]) == len(kept[1]) == 20
     assert protected <= kept[1]
     assert not protected <= kept[0]  # group 0 has no floors (this seed's scores leave some out)
+
+
+# Groups of different sizes: pyramid-like budgets on 2 one-layer groups. b_mean = 0.3, so with a
+# fixed part of 96 slots group 0 gets floor(96 + 160 * 0.5 / 0.3) = 362 slots and group 1
+# floor(96 + 160 * 0.1 / 0.3) = 149: 511 slots over the 2 layers, the bytes of SGLang's 2 x 256
+# less one row of rounding.
+UNEQUAL_BUDGETS = [0.5, 0.1]
+UNEQUAL_SLOTS = group_slot_counts(SLOTS, UNEQUAL_BUDGETS, [1, 1], 96)
+
+
+def test_group_slots_follow_the_budgets_for_the_same_slots_in_all():
+    assert UNEQUAL_SLOTS == [362, 149]
+    pyramid = [0.5753, 0.4118, 0.2482, 0.0847]  # pyramidkv at 0.33 over 4 groups of 6 layers
+    slots = group_slot_counts(4096, pyramid, [6] * 4, 896)
+    assert slots == sorted(slots, reverse=True) and min(slots) >= 896
+    assert 24 * 4096 - 24 <= sum(6 * p for p in slots) <= 24 * 4096
+    # Past the fixed part, slots are proportional to the budgets.
+    assert [round((p - 896) / (slots[0] - 896), 3) for p in slots] == [round(b / pyramid[0], 3) for b in pyramid]
+    # Uneven layer counts: the layer-weighted sum is what stays.
+    slots = group_slot_counts(1000, [0.9, 0.2, 0.1], [2, 3, 7], 100)
+    assert 12 * 1000 - 12 <= sum(n * p for n, p in zip([2, 3, 7], slots)) <= 12 * 1000
+    # Equal budgets (uniform policies, full) or a fixed part of P: SGLang's P everywhere.
+    assert group_slot_counts(4096, [0.33] * 4, [6] * 4, 896) == [4096] * 4
+    assert group_slot_counts(4096, [1.0] * 4, [6] * 4, 0) == [4096] * 4
+    assert group_slot_counts(4096, pyramid, [6] * 4, 4096) == [4096] * 4
+
+
+def test_group_sizing_rejects_bad_input():
+    with pytest.raises(ValueError, match="budgets for"):
+        group_slot_counts(SLOTS, [0.5], [1, 1], 0)
+    with pytest.raises(ValueError, match=r"in \(0, 1\]"):
+        group_slot_counts(SLOTS, [0.5, 0.0], [1, 1], 0)
+    with pytest.raises(ValueError, match="fixed part"):
+        group_slot_counts(SLOTS, [0.5, 0.2], [1, 1], SLOTS + 1)
+    with pytest.raises(ValueError, match="cannot address"):
+        LayerGroupLayout((range(0, 1), range(1, 2)), SLOTS, (416, 96), 300)
+
+
+def test_fixed_part_is_one_prefill_chunk_plus_every_requests_minimum():
+    from sglang_pask.srt.group_sizing import FIXED_PART_REQUESTS, fixed_group_slots
+
+    assert fixed_group_slots(4096, 512, 12) == 512 + FIXED_PART_REQUESTS * 12
+    assert fixed_group_slots(4096, None, 12) == 4096  # chunked prefill off: one pass may fill the pool
+    assert fixed_group_slots(600, 512, 12) == 600
+
+
+def test_unequal_groups_have_buffers_of_their_size_and_the_bytes_of_the_stock_pool():
+    pool = make_pool(layout=grouped_layout(UNEQUAL_BUDGETS, UNEQUAL_SLOTS))
+    stock = make_pool(MHATokenToKVPool)
+    assert [pool.get_key_buffer(i).shape[0] for i in range(LAYERS)] == [362 + 1, 149 + 1]
+    assert [pool.get_value_buffer(i).shape[0] for i in range(LAYERS)] == [362 + 1, 149 + 1]
+    grouped_bytes = sum(pool.group_buffer_bytes(g) for g in range(2))
+    stock_bytes = sum(b.nbytes for b in (*stock.k_buffer, *stock.v_buffer))
+    # (362 + 1) + (149 + 1) rows == 2 * (256 + 1) - 1: the stock bytes less one row of rounding.
+    assert grouped_bytes == stock_bytes - pool.bytes_per_slot(0)
+    assert pool.group_buffer_bytes(1) == (149 + 1) * pool.bytes_per_slot(1)
+    # Equal groups keep SGLang's own buffers.
+    equal = make_pool(layout=grouped_layout([0.3, 0.3]))
+    assert [equal.get_key_buffer(i).shape for i in range(LAYERS)] == [stock.get_key_buffer(i).shape
+                                                                      for i in range(LAYERS)]
+
+
+def test_writes_reach_each_groups_own_slots_past_the_stock_size():
+    pool, allocator, _ = make_grouped(budgets=UNEQUAL_BUDGETS, group_slots=UNEQUAL_SLOTS)
+    chunks = []
+    while allocator.group_used_slots(0) < 362:  # group 0 past the stock pool's 256 slots, to its last
+        chunks.append(allocator.alloc(min(362 - allocator.group_used_slots(0), 149)))
+        assert chunks[-1] is not None
+        allocator.drop(1, chunks[-1])
+    assert allocator.alloc(1) is None
+    more = torch.cat(chunks)
+    assert int(pool.physical(0, more).max()) == 362
+    generator = torch.Generator().manual_seed(11)
+    for layer_id in range(LAYERS):
+        k = torch.randn(more.numel(), KV_HEADS, HEAD_DIM, generator=generator)
+        v = torch.randn(more.numel(), KV_HEADS, HEAD_DIM, generator=generator)
+        pool.set_kv_buffer(layer(layer_id), more, k, v)
+        physical = pool.physical(pool.layer_group[layer_id], more)
+        if layer_id == 1:  # group 1 dropped them all: its writes go to the padding slot 0
+            assert int(physical.count_nonzero()) == 0
+            continue
+        assert torch.equal(pool.get_key_buffer(layer_id)[physical], k)
+        assert torch.equal(pool.get_value_buffer(layer_id)[physical], v)
+    assert allocator.check_slots() == []
+
+
+def test_unequal_groups_conserve_slots_and_allocate_all_or_nothing():
+    pool, allocator, _ = make_grouped(budgets=UNEQUAL_BUDGETS, group_slots=UNEQUAL_SLOTS)
+    first = allocator.alloc(140)
+    assert [allocator.group_used_slots(g) for g in range(2)] == [140, 140]
+    # Group 1 (149 slots) is the fullest: it bounds what can be allocated now.
+    assert allocator.available_size() == 9 and allocator.alloc(10) is None
+    assert [allocator.group_used_slots(g) for g in range(2)] == [140, 140]
+    assert allocator.virtual_available_size() == pool.layout.virtual_slots - 140
+    assert allocator.drop(1, first[:120]) == 120
+    second = allocator.alloc(120)
+    assert second is not None and [allocator.group_used_slots(g) for g in range(2)] == [260, 140]
+    assert allocator.available_size() == 149 - 140  # group 1 is still the fullest
+    assert allocator.check_slots() == []
+    allocator.free(torch.cat((first, second)))
+    assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
+    assert allocator.virtual_available_size() == pool.layout.virtual_slots
+    assert allocator.check_slots() == [] and int(pool.group_loc.count_nonzero()) == 0
+    # A slot mapped twice is caught.
+    ids = allocator.alloc(2)
+    pool.group_loc[0, ids[1]] = pool.group_loc[0, ids[0]]
+    assert any("group 0" in problem for problem in allocator.check_slots())
+
+
+def run_requests(allocator, budgets, window: int, slack: int, prompt_len: int, new_tokens: int,
+                 admit_one) -> tuple[int, list[int]]:
+    """Admit identical requests one scheduling round at a time, as SGLang does with a running batch:
+    each round asks ``admit_one(running)`` whether one more fits; an admitted prompt is written to
+    every group and compressed to the group's capacity (as the views do after prefill). Then every
+    request decodes ``new_tokens`` tokens, each group compressing past capacity + slack. Returns how
+    many ran at once and the most slots each group held; every allocation must succeed."""
+    running = []
+    while admit_one(len(running)):
+        ids = allocator.alloc(prompt_len)
+        assert ids is not None, "an admitted prompt could not be written"
+        held = []
+        for g, b in enumerate(budgets):
+            cap = capacity(b, prompt_len, window)
+            allocator.drop(g, ids[:prompt_len - cap])
+            held.append(ids[prompt_len - cap:])
+        running.append((ids, held))
+    peak = [allocator.group_used_slots(g) for g in range(len(budgets))]
+    for step in range(1, new_tokens + 1):
+        for index, (ids, held) in enumerate(running):
+            token = allocator.alloc(1)
+            assert token is not None, "an admitted request could not decode"
+            for g, b in enumerate(budgets):
+                held[g] = torch.cat((held[g], token))
+                cap = capacity(b, prompt_len + step, window)
+                if held[g].numel() > cap + slack:
+                    allocator.drop(g, held[g][:-cap])
+                    held[g] = held[g][-cap:]
+            running[index] = (torch.cat((ids, token)), held)
+        peak = [max(p, allocator.group_used_slots(g)) for g, p in enumerate(peak)]
+    for ids, _ in running:
+        allocator.free(ids)
+    return len(running), peak
+
+
+def sglang_admits(allocator, prompt_len: int, new_tokens: int):
+    """One round of SGLang's admission through the layer-group prefill budget: the running requests'
+    decode headroom, then the new request (prompt + page, ``new_tokens``)."""
+    def admit_one(running: int) -> bool:
+        budget = LayerGroupPrefillBudget(allocator, None)
+        for _ in range(running):
+            budget.reserve_running(new_tokens)
+        fits, _ = budget.check_prefill(extend_input_len=prompt_len, total_tokens=prompt_len + 1 + new_tokens,
+                                       max_new_tokens=new_tokens, input_tokens=prompt_len, swa_host_hit_length=0,
+                                       chunk_limit=None)
+        if fits:
+            budget.reserve(prompt_len, new_tokens)
+            assert budget.remaining_total >= 0
+        return fits
+
+    return admit_one
+
+
+@pytest.mark.parametrize("group_slots", [UNEQUAL_SLOTS, None], ids=["sized", "equal"])
+def test_admission_counts_every_group_and_what_it_admits_runs(group_slots):
+    window, slack, prompt_len, new_tokens = 4, 2, 60, 4
+    pool, allocator, _ = make_grouped(budgets=UNEQUAL_BUDGETS, group_slots=group_slots)
+    allocator.growth_overhead = window + slack
+    served, peak = run_requests(allocator, UNEQUAL_BUDGETS, window, slack, prompt_len, new_tokens,
+                                sglang_admits(allocator, prompt_len, new_tokens))
+    assert all(p <= s for p, s in zip(peak, pool.layout.group_slots))
+    assert allocator.check_slots() == [] and allocator.virtual_available_size() == pool.layout.virtual_slots
+    # Each request holds 30 + 4 slots in group 0 and 6 + 4 in group 1, and a new one needs 61 + 4 in
+    # each: sized groups (362, 149) serve 9 at once, equal groups (256, 256) 6.
+    assert served == (9 if group_slots else 6)
+
+
+def test_decode_growth_follows_each_groups_budget():
+    _, allocator, _ = make_grouped(budgets=UNEQUAL_BUDGETS, group_slots=UNEQUAL_SLOTS)
+    allocator.growth_overhead = 6
+    assert allocator.decode_growth(0, 100) == pytest.approx(56) and allocator.decode_growth(1, 100) == pytest.approx(16)
+    assert allocator.decode_growth(1, 3) == 3  # never more than the tokens themselves
+    budget = LayerGroupPrefillBudget(allocator, None)
+    budget.reserve_running(100)
+    assert budget.group_offsets == [pytest.approx(56), pytest.approx(16)] and budget.id_offset == 100
+    assert budget.remaining_total == pytest.approx(min(362 - 56, 149 - 16))

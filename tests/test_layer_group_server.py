@@ -141,7 +141,9 @@ def test_shared_system_prompt_gets_the_same_prefix_hits_with_compression(snapkv_
 
 @pytest.mark.parametrize("policy", ["streaming-llm", "h2o", "pyramidkv"])
 def test_every_policy_serves_through_sglang(policy, tiny_model_dir, tmp_path):
-    server = start(tiny_model_dir, tmp_path / f"{policy}.log", policy)
+    # Chunked prefill on (it bounds what one pass writes to every group): pyramidkv's groups are sized
+    # by their budgets.
+    server = start(tiny_model_dir, tmp_path / f"{policy}.log", policy, "--chunked-prefill-size", "256")
     try:
         for i in range(6):
             result = generate(server, SYSTEM + " ".join(WORDS[: 5 + 2 * i]), max_new_tokens=20)
@@ -151,9 +153,27 @@ def test_every_policy_serves_through_sglang(policy, tiny_model_dir, tmp_path):
         wait_idle_and_flush(server)
         after = pool_usage(server)
         assert after["tokens_in_use"] == 0 and [g["slots_in_use"] for g in after["groups"]] == [0, 0]
+        assert_pool_sized_by_budget(after)
         assert "Traceback" not in server.log_path.read_text()
     finally:
         server.stop()
+
+
+def assert_pool_sized_by_budget(usage: dict) -> None:
+    """Each group's slots follow its budget (equal budgets: SGLang's P each), its bytes are its real
+    buffers ((slots + 1 padding row) x bytes per slot), and all groups together take at most the bytes
+    of SGLang's own pool (P + 1 rows in every layer)."""
+    groups, stock = usage["groups"], usage["physical_slots"]
+    for group in groups:
+        assert group["bytes"] == (group["slots"] + 1) * group["bytes_per_slot"]
+    budgets = [g["budget"] for g in groups]
+    slots = [g["slots"] for g in groups]
+    if len(set(budgets)) == 1:
+        assert slots == [stock] * len(groups)
+    else:
+        assert slots == sorted(slots, reverse=True) and slots[0] > stock > slots[-1]
+    stock_bytes = sum((stock + 1) * g["bytes_per_slot"] for g in groups)
+    assert stock_bytes - sum(g["bytes_per_slot"] for g in groups) <= usage["bytes"] <= stock_bytes
 
 
 def test_pool_usage_is_in_the_prometheus_metrics(snapkv_server):

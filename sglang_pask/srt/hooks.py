@@ -32,7 +32,7 @@ def register(config: PaskConfig) -> None:
     from sglang_pask.srt import layer_group_runtime as groups
     from sglang_pask.srt.kv_stats import KV_STATS_KEY, PaskOutputStreamer
     from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend
-    from sglang_pask.srt.layer_group_pool import running_decode_reserve
+    from sglang_pask.srt.layer_group_admission import reserve_running_requests
     from sglang_pask.srt.role_grammar import RoleTrackingGrammarBackend
     from sglang_pask.srt.role_output import (
         ROLE_KEYS,
@@ -60,8 +60,7 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_REQ_TO_TOKEN_POOL + ".alloc", groups.remember_rows, HookType.AFTER)
     HookRegistry.register(_INVARIANT_CHECKER + "._check_full_pool", groups.check_full_pool, HookType.AROUND)
     HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
-    HookRegistry.register(_PREFILL_ADDER + "._get_running_request_total_token_offset", running_decode_reserve,
-                          HookType.AROUND)
+    HookRegistry.register(_PREFILL_ADDER + ".__init__", reserve_running_requests, HookType.AFTER)
     # StructKV (scheduler): the layer loop of Qwen2, Qwen3 and Llama models prunes the prefill.
     if config.structkv:
         from sglang_pask.srt.structkv_model import MODEL_FORWARDS, structkv_forward

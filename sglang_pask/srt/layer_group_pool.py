@@ -2,26 +2,29 @@
 
 SGLang gives every token one slot id (``out_cache_loc``, ``req_to_token``) that indexes the K/V
 buffers of all layers. Here that id is *virtual*: each layer group ``g`` has its own allocator of
-*physical* slots ``1..P`` and a map ``group_loc[g]`` from virtual id to physical slot (0 = absent),
+*physical* slots ``1..P_g`` and a map ``group_loc[g]`` from virtual id to physical slot (0 = absent),
 the scheme of SGLang's SWA pool (``full_to_swa_index_mapping``). The K/V buffers stay SGLang's own
-(one ``(P + 1, heads, head_dim)`` tensor per layer); a layer of group ``g`` indexes its buffers with
-``g``'s physical slots. So a group can drop a token (its slot goes back to that group's allocator and
-serves another request) while other groups keep it, and P physical slots serve up to ``V > P``
-virtual tokens when the groups keep a fraction of each request.
+(one ``(P_g + 1, heads, head_dim)`` tensor per layer of group ``g``, ``P_g`` sized by the group's
+budget for the bytes of SGLang's ``P``-slot pool: :mod:`.group_sizing`); a layer of group ``g``
+indexes its buffers with ``g``'s physical slots. So a group can drop a token (its slot goes back to
+that group's allocator and serves another request) while other groups keep it, and the groups' slots
+serve up to ``V > P`` virtual tokens when the groups keep a fraction of each request.
 
-With nothing dropped (budget 1.0) the map is a bijection that is never consulted differently from
-SGLang's own ids, and every layer reads exactly the K/V that stock SGLang reads.
+With nothing dropped (budget 1.0) every group has ``P`` slots, the map is a bijection that is never
+consulted differently from SGLang's own ids, and every layer reads exactly the K/V that stock SGLang
+reads.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
-from sglang.srt.mem_cache.memory_pool import KVWriteLoc, MHATokenToKVPool
+from sglang.srt.mem_cache.memory_pool import KvBufferDesc, KVWriteLoc, MHATokenToKVPool, _set_kv_buffer_impl
 from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
 
@@ -34,18 +37,35 @@ class LayerGroupLayout:
     ranges : tuple[range, ...]
         Each group's layers, lowest first; together they cover ``0 .. num_layers - 1``.
     physical_slots : int
-        ``P``: slots per group (the size SGLang sized its pool to).
+        ``P``: the slots SGLang sized its pool to (every layer's buffer in stock SGLang).
+    group_slots : tuple[int, ...]
+        ``(num_groups,)`` ``P_g``: each group's physical slots (:mod:`.group_sizing`); all ``P`` when
+        the groups' budgets are equal.
     virtual_slots : int
-        ``V >= P``: token ids SGLang's scheduler may hand out.
+        ``V >= max_g P_g``: token ids SGLang's scheduler may hand out.
     """
 
     ranges: tuple[range, ...]
     physical_slots: int
+    group_slots: tuple[int, ...]
     virtual_slots: int
+
+    def __post_init__(self) -> None:
+        if len(self.group_slots) != len(self.ranges) or not self.ranges:
+            raise ValueError(f"{len(self.group_slots)} slot counts for {len(self.ranges)} layer groups")
+        if min(self.group_slots) < 1:
+            raise ValueError(f"every layer group needs at least one slot, got {list(self.group_slots)}")
+        if self.virtual_slots < max(self.group_slots):
+            raise ValueError(f"{self.virtual_slots} virtual ids cannot address {max(self.group_slots)} slots")
 
     @property
     def num_groups(self) -> int:
         return len(self.ranges)
+
+    @property
+    def equal_groups(self) -> bool:
+        """Whether every group has SGLang's ``P`` slots (then every buffer is stock SGLang's)."""
+        return all(slots == self.physical_slots for slots in self.group_slots)
 
     def group_of_layer(self) -> list[int]:
         """``(num_layers,)``: the group of each layer."""
@@ -56,41 +76,86 @@ class LayerGroupLayout:
         return [layers[-1] for layers in self.ranges]
 
 
-def virtual_slot_count(physical_slots: int, largest_group_budget: float) -> int:
-    """``V``: the token ids that ``P`` physical slots per group back.
-
-    A request holds an id for every one of its tokens but a slot only for those its groups keep, so
-    when groups keep about ``b`` of each request, ``P`` slots serve about ``P / b`` ids, more with
-    the fixed window overhead. Ids cost only map entries, so ``V = ceil(2 P / b)`` leaves the groups'
-    slots, not the ids, as what runs out; ``V = P`` at budget 1.0 (SGLang's own capacity).
-    """
-    if largest_group_budget >= 1.0:
-        return physical_slots
-    return math.ceil(2 * physical_slots / largest_group_budget - 1e-9)
-
-
 class LayerGroupMHAKVPool(MHATokenToKVPool):
     """SGLang's MHA pool whose writes go to each layer group's physical slots.
 
-    Built by SGLang's own configurator (same buffers, same size ``P``); :meth:`attach_layout` then
-    adds the per-group maps. ``group_loc`` is ``(num_groups, V + 1)`` int32, row 0 unused (slot 0 is
-    SGLang's padding slot and maps to physical 0 in every group).
+    Built by SGLang's own configurator with ``layout`` bound (``size`` is ``P``): a layer of group
+    ``g`` gets K and V buffers of ``(P_g + page_size, heads, head_dim)`` (SGLang's own buffers, per
+    group size). ``group_loc`` is ``(num_groups, V + 1)`` int32, row 0 unused (slot 0 is SGLang's
+    padding slot and maps to physical 0 in every group).
     """
 
     layout: LayerGroupLayout
     group_loc: torch.Tensor
     layer_group: list[int]
 
-    def attach_layout(self, layout: LayerGroupLayout) -> None:
-        """Add the virtual-to-physical maps for ``layout`` (all absent)."""
-        if layout.physical_slots != self.size:
-            raise ValueError(f"layout has {layout.physical_slots} physical slots but the pool has {self.size}")
-        num_layers = self.layer_num
-        if sum(len(r) for r in layout.ranges) != num_layers:
-            raise ValueError(f"layer groups {layout.ranges} do not cover the pool's {num_layers} layers")
-        self.layout = layout
+    def __init__(self, size: int, *args: Any, layout: LayerGroupLayout, **kwargs: Any):
+        if layout.physical_slots != size:
+            raise ValueError(f"layout has {layout.physical_slots} physical slots but the pool has {size}")
+        if not layout.equal_groups and kwargs.get("post_capture_active"):
+            raise NotImplementedError("layer groups of different sizes do not support post-capture KV backing")
+        self.layout = layout  # read by _create_buffers_normal, inside SGLang's constructor
+        super().__init__(size, *args, **kwargs)
+        if sum(len(r) for r in layout.ranges) != self.layer_num:
+            raise ValueError(f"layer groups {layout.ranges} do not cover the pool's {self.layer_num} layers")
+        if not layout.equal_groups and self.page_size != 1:
+            raise ValueError(f"layer groups of different sizes need page size 1, got {self.page_size}")
         self.layer_group = layout.group_of_layer()
-        self.group_loc = torch.zeros((layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32, device=self.device)
+        self.group_loc = torch.zeros((layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32,
+                                     device=self.device)
+
+    def _create_buffers_normal(self) -> None:
+        """SGLang's buffers, each group's layers with ``P_g`` slots.
+
+        SGLang's own code builds them, one group at a time with its ``size`` and ``layer_num`` set
+        to the group's (same layout, memory-saver region and memory pool as stock SGLang).
+        """
+        layout = self.layout
+        if layout.equal_groups:
+            super()._create_buffers_normal()
+            return
+        if self.kv_cache_layout != "nhd":
+            raise NotImplementedError(
+                f"layer groups of different sizes support SGLang's NHD KV layout only, not {self.kv_cache_layout!r}")
+        size, layer_num = self.size, self.layer_num
+        k_buffers: list[torch.Tensor] = []
+        v_buffers: list[torch.Tensor] = []
+        try:
+            for layers, slots in zip(layout.ranges, layout.group_slots):
+                self.size, self.layer_num = slots, len(layers)
+                super()._create_buffers_normal()
+                k_buffers += self.k_buffer
+                v_buffers += self.v_buffer
+        finally:
+            self.size, self.layer_num = size, layer_num
+        self.k_buffer, self.v_buffer = k_buffers, v_buffers
+
+    def _build_kv_buffer_descs(self) -> list[KvBufferDesc]:
+        """SGLang's per-buffer descriptors (k0..k(L-1), then v0..v(L-1)), each with its layer's own
+        shape. (Consumers that size every buffer from ``size``, as PD transfer does, are not
+        supported with groups of different sizes.)"""
+        if self.layout.equal_groups:
+            return super()._build_kv_buffer_descs()
+        itemsize = self.store_dtype.itemsize
+        return [
+            KvBufferDesc(f"{prefix}{layer}", tuple(buffer.shape), row_bytes=math.prod(buffer.shape[1:]) * itemsize,
+                         tokens_per_row=1)
+            for prefix, buffers in (("k", self.k_buffer), ("v", self.v_buffer))
+            for layer, buffer in enumerate(buffers)
+        ]
+
+    def _store_kv_layer(self, layer_idx: int, loc: torch.Tensor, cache_k: torch.Tensor,
+                        cache_v: torch.Tensor) -> None:
+        """SGLang's write into layer ``layer_idx``, bounded by that layer's own rows."""
+        if self.layout.equal_groups:
+            super()._store_kv_layer(layer_idx, loc, cache_k, cache_v)
+            return
+        _set_kv_buffer_impl(
+            cache_k, cache_v, self.k_buffer[layer_idx], self.v_buffer[layer_idx], loc,
+            row_dim=self.row_dim, store_dtype=self.store_dtype, device_module=self.device_module,
+            size_limit=int(self.k_buffer[layer_idx].shape[0]), alt_stream=self.alt_stream,
+            v_row_dim=self.v_row_dim,
+        )
 
     def physical(self, group: int, virtual_loc: torch.Tensor) -> torch.Tensor:
         """Physical slots of ``group`` for ``virtual_loc`` (any shape, int), int64; 0 where absent."""
@@ -109,6 +174,11 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
         per_layer = self.head_num * (self.head_dim + self.v_head_dim) * self.store_dtype.itemsize
         return per_layer * len(self.layout.ranges[group])
 
+    def group_buffer_bytes(self, group: int) -> int:
+        """Bytes of the K and V buffers of ``group``'s layers, as allocated (padding rows included)."""
+        return sum(self.k_buffer[layer - self.start_layer].nbytes + self.v_buffer[layer - self.start_layer].nbytes
+                   for layer in self.layout.ranges[group])
+
 
 class LayerGroupAllocator(TokenToKVPoolAllocator):
     """SGLang's token allocator over virtual ids, allocating a physical slot in every group per id.
@@ -116,19 +186,32 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
     ``alloc(n)`` takes ``n`` virtual ids and ``n`` physical slots in each group (all or nothing);
     ``free(ids)`` returns the ids and whatever physical slots they still hold; :meth:`drop` returns
     one group's slots of some ids while the ids stay allocated. ``available_size()`` is what can be
-    allocated now: the smallest free count over the virtual ids and the groups.
+    allocated now: the fewest free ids or free slots of any group (the fullest group, in tokens).
+    Admission counts every group on its own (:class:`~.layer_group_admission.LayerGroupPrefillBudget`).
+
+    Parameters
+    ----------
+    pool : LayerGroupMHAKVPool
+        The pool (its layout gives the slot counts).
+    budgets : Sequence[float], optional
+        ``(num_groups,)`` group budgets, for the decode growth (all 1.0 when omitted).
+    growth_overhead : int
+        Fixed slots a request's decode may hold above ``b_g`` of its tokens in a group (window,
+        reserved tokens, compression slack).
     """
 
     def __init__(self, pool: LayerGroupMHAKVPool, dtype: torch.dtype, device: str, need_sort: bool,
-                 growth_budget: float = 1.0, growth_overhead: int = 0):
+                 budgets: Optional[Sequence[float]] = None, growth_overhead: int = 0):
         layout = pool.layout
+        budgets = [1.0] * layout.num_groups if budgets is None else list(budgets)
+        if len(budgets) != layout.num_groups:
+            raise ValueError(f"{len(budgets)} budgets for {layout.num_groups} layer groups")
         self.pool = pool
-        self.growth_budget = growth_budget
+        self.budgets = budgets
         self.growth_overhead = growth_overhead
         self.peak_group_used = [0] * layout.num_groups
         self.group_allocators = [
-            TokenToKVPoolAllocator(layout.physical_slots, dtype, device, pool, need_sort=False)
-            for _ in range(layout.num_groups)
+            TokenToKVPoolAllocator(slots, dtype, device, pool, need_sort=False) for slots in layout.group_slots
         ]
         super().__init__(layout.virtual_slots, dtype, device, pool, need_sort)
 
@@ -138,16 +221,18 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             allocator.clear()
         self.pool.group_loc.zero_()
 
-    def decode_growth(self, new_tokens: float) -> float:
-        """Slots a request's next ``new_tokens`` decoded tokens take in the fullest group.
+    def decode_growth(self, group: int, new_tokens: float) -> float:
+        """Slots a request's next ``new_tokens`` decoded tokens take in ``group``.
 
-        The groups keep about ``b`` of the decoded tokens plus a fixed overhead (the window, the
-        policy's reserved tokens, the compression slack): ``min(n, b * n + overhead)``. SGLang's
-        admission reserves this for decode growth instead of ``n``.
+        The group keeps about ``b_g`` of the decoded tokens plus a fixed overhead (the window, the
+        policy's reserved tokens, the compression slack): ``min(n, b_g * n + overhead)``. Admission
+        reserves this for decode growth in the group instead of ``n``.
         """
-        return min(new_tokens, self.growth_budget * new_tokens + self.growth_overhead)
+        return min(new_tokens, self.budgets[group] * new_tokens + self.growth_overhead)
 
     def create_prefill_budget(self, tree_cache: Any, *, num_mixed_decode_tokens: int = 0) -> PrefillBudget:
+        from sglang_pask.srt.layer_group_admission import LayerGroupPrefillBudget
+
         return LayerGroupPrefillBudget(self, tree_cache, num_mixed_decode_tokens=num_mixed_decode_tokens)
 
     def available_size(self) -> int:
@@ -157,12 +242,13 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         """Free virtual ids (for the scheduler's conservation check)."""
         return super().available_size()
 
-    def allocatable_after_eviction(self, cached: torch.Tensor, cached_evictable: int, protected: int) -> int:
-        """How many tokens could be allocated once the unlocked part of the prefix cache is evicted.
+    def allocatable_after_eviction(self, cached: torch.Tensor, cached_evictable: int,
+                                   protected: int) -> tuple[int, list[int]]:
+        """What could be allocated once the unlocked part of the prefix cache is evicted.
 
-        Per group, the free slots plus what the cache's evictable tokens hold there, which is at
-        least the slots the cache holds in that group minus one per protected (locked) token; for
-        ids, the free ids plus the evictable tokens. The smallest of these: a lower bound.
+        For ids, the free ids plus the evictable tokens; per group, the free slots plus what the
+        cache's evictable tokens hold there, which is at least the slots the cache holds in that
+        group minus one per protected (locked) token: lower bounds.
 
         Parameters
         ----------
@@ -172,15 +258,20 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             How many of them are evictable.
         protected : int
             How many of them are locked by running requests.
+
+        Returns
+        -------
+        tuple[int, list[int]]
+            Ids, and ``(num_groups,)`` slots per group.
         """
         held = (self.pool.group_loc[:, cached.long()] > 0).sum(dim=1).tolist() if cached.numel() else \
             [0] * len(self.group_allocators)
         per_group = [a.available_size() + max(0, h - protected) for a, h in zip(self.group_allocators, held)]
-        return min(self.virtual_available_size() + cached_evictable, *per_group)
+        return self.virtual_available_size() + cached_evictable, per_group
 
     def group_used_slots(self, group: int) -> int:
         """Physical slots of ``group`` in use."""
-        return self.pool.layout.physical_slots - self.group_allocators[group].available_size()
+        return self.pool.layout.group_slots[group] - self.group_allocators[group].available_size()
 
     def alloc(self, need_size: int) -> Optional[torch.Tensor]:
         virtual = super().alloc(need_size)
@@ -250,7 +341,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
                 return
 
     def check_slots(self) -> list[str]:
-        """Conservation of every group's slots: free + mapped == P and no slot mapped twice.
+        """Conservation of every group's slots: free + mapped == P_g and no slot mapped twice.
 
         Returns
         -------
@@ -260,50 +351,14 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         problems = []
         layout = self.pool.layout
         for group, allocator in enumerate(self.group_allocators):
+            slots = layout.group_slots[group]
             mapped = self.pool.group_loc[group][1:].long()
             mapped = mapped[mapped > 0]
             free = allocator.get_all_free_pages()
-            if mapped.numel() + free.numel() != layout.physical_slots:
-                problems.append(
-                    f"layer group {group}: {mapped.numel()} mapped + {free.numel()} free slots != "
-                    f"{layout.physical_slots}"
-                )
-            elif torch.unique(torch.cat((mapped, free))).numel() != layout.physical_slots:
+            if mapped.numel() + free.numel() != slots:
+                problems.append(f"layer group {group}: {mapped.numel()} mapped + {free.numel()} free slots != {slots}")
+            elif bool(((free < 1) | (free > slots)).any()) or bool((mapped > slots).any()):
+                problems.append(f"layer group {group}: a slot outside 1..{slots}")
+            elif torch.unique(torch.cat((mapped, free))).numel() != slots:
                 problems.append(f"layer group {group}: a physical slot is mapped twice or both mapped and free")
         return problems
-
-
-class LayerGroupPrefillBudget(PrefillBudget):
-    """SGLang's prefill admission budget, counting slots as the layer groups hold them.
-
-    * The prompt is charged in full (prefill writes every token to every group before the policy
-      compresses them); a request's future decode tokens are charged
-      :meth:`LayerGroupAllocator.decode_growth`.
-    * What evicting the prefix cache would free is counted per group in slots, not in token ids: a
-      cached token whose group slots were dropped before it was cached frees fewer slots than ids
-      (:meth:`LayerGroupAllocator.allocatable_after_eviction`, taken once per scheduling round).
-    """
-
-    allocator: LayerGroupAllocator
-    _allocatable: Optional[int] = None
-
-    def _available_and_evictable(self) -> int:
-        if self._allocatable is None:
-            tree = self.tree_cache
-            if tree is None or not tree.supports_prefix_sharing():
-                self._allocatable = self.allocator.available_size()
-            else:
-                self._allocatable = self.allocator.allocatable_after_eviction(
-                    tree.all_values_flatten(), tree.evictable_size(), tree.protected_size())
-        return self._allocatable
-
-    def reserve(self, extend_input_len: int, max_new_tokens: int, **kwargs: Any) -> None:
-        super().reserve(extend_input_len, self.allocator.decode_growth(max_new_tokens), **kwargs)
-
-
-def running_decode_reserve(original: Any, adder: Any, req: Any) -> float:
-    """AROUND hook of ``PrefillAdder._get_running_request_total_token_offset``: a running request's
-    decode headroom, as its layer groups will keep it."""
-    reserve = original(adder, req)
-    allocator = adder.token_to_kv_pool_allocator
-    return allocator.decode_growth(reserve) if isinstance(allocator, LayerGroupAllocator) else reserve

@@ -2,8 +2,9 @@
 
 Hooks (registered by :mod:`.hooks`):
 
-* ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): SGLang builds its MHA pool as usual, of our
-  class :class:`~.layer_group_pool.LayerGroupMHAKVPool`, which gets the layer-group layout.
+* ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): the policy's group budgets size each group's
+  slots (:mod:`.group_sizing`, same bytes as SGLang's pool), and SGLang builds its MHA pool as usual,
+  of our class :class:`~.layer_group_pool.LayerGroupMHAKVPool` bound to that layout.
 * ``KVCacheConfigurator._build_token_to_kv_pool_allocator`` (AROUND): a
   :class:`~.layer_group_pool.LayerGroupAllocator` over ``V`` virtual ids and the request views
   (:class:`~.kv_views.KVViewTable`) with the policy and its group budgets.
@@ -18,6 +19,7 @@ One scheduler process holds one pool: :func:`active` returns it (for ``/server_i
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -29,13 +31,13 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 from sglang_pask.config import PaskConfig
 from sglang_pask.policy import KVPolicy, plan_group_budgets
 from sglang_pask.policy.resolve import build_policy
+from sglang_pask.srt.group_sizing import fixed_group_slots, group_slot_counts, virtual_slot_count
 from sglang_pask.srt.kv_views import KVViewTable, RequestView
 from sglang_pask.srt.request_roles import RequestRoles
 from sglang_pask.srt.layer_group_pool import (
     LayerGroupAllocator,
     LayerGroupLayout,
     LayerGroupMHAKVPool,
-    virtual_slot_count,
 )
 
 STATS_ATTRIBUTE = "pask_kv_stats"
@@ -75,9 +77,10 @@ class ActivePool:
                 "budget": self.budgets[g],
                 "slots_in_use": used,
                 "peak_slots_in_use": self.allocator.peak_group_used[g],
-                "slots": layout.physical_slots,
+                "slots": layout.group_slots[g],
+                "bytes_per_slot": self.pool.bytes_per_slot(g),
                 "bytes_in_use": used * self.pool.bytes_per_slot(g),
-                "bytes": layout.physical_slots * self.pool.bytes_per_slot(g),
+                "bytes": self.pool.group_buffer_bytes(g),
             })
         tokens = layout.virtual_slots - self.allocator.virtual_available_size()
         full_bytes_per_token = sum(self.pool.bytes_per_slot(g) for g in range(layout.num_groups))
@@ -88,7 +91,9 @@ class ActivePool:
             "groups": groups,
             "tokens_in_use": tokens,
             "virtual_slots": layout.virtual_slots,
+            "physical_slots": layout.physical_slots,
             "bytes_in_use": sum(group["bytes_in_use"] for group in groups),
+            "bytes": sum(group["bytes"] for group in groups),
             "full_equivalent_bytes": tokens * full_bytes_per_token,
         }
 
@@ -115,25 +120,42 @@ def pool_builder(config: PaskConfig):
                 f"sglang-pask layer groups need SGLang's plain MHA KV pool, but this server would use "
                 f"{mha_pool_class.__name__}{' with a quantized KV cache' if quant_method is not None else ''}"
             )
-        pool = original(configurator, max_total_num_tokens=max_total_num_tokens,
-                        mha_pool_class=LayerGroupMHAKVPool, quant_method=None)
-        if pool.start_layer != 0:
+        layers = configurator.layer_info
+        if layers.start_layer != 0:
             raise RuntimeError("sglang-pask layer groups do not support pipeline parallelism (the pool starts "
-                               f"at layer {pool.start_layer})")
-        ranges = config.kv_layer_groups.resolve(pool.layer_num)
-        policy = build_policy(config.kv_policy, config.pask_policy, pool.layer_num, ranges,
+                               f"at layer {layers.start_layer})")
+        num_layers = layers.num_effective_layers
+        ranges = config.kv_layer_groups.resolve(num_layers)
+        policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges,
                               Path(configurator.model_config.model_path).name)
         budgets = plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window,
                                      configurator.model_config.context_len)
-        pool.attach_layout(LayerGroupLayout(
-            ranges=tuple(ranges),
-            physical_slots=pool.size,
-            virtual_slots=virtual_slot_count(pool.size, max(budgets)),
-        ))
+        layout = plan_layout(max_total_num_tokens, ranges, budgets, _prefill_chunk(),
+                             config.kv_window + policy.reserved_tokens + KVViewTable.DECODE_SLACK)
+        pool = original(configurator, max_total_num_tokens=max_total_num_tokens,
+                        mha_pool_class=functools.partial(LayerGroupMHAKVPool, layout=layout), quant_method=None)
         _ACTIVE = ActivePool(config=config, policy=policy, budgets=budgets, pool=pool)
         return pool
 
     return build
+
+
+def plan_layout(physical_slots: int, ranges: list[range], budgets: list[float], prefill_chunk: Optional[int],
+                per_request_minimum: int) -> LayerGroupLayout:
+    """The layout for SGLang's ``physical_slots``-slot pool: each group's slots by its budget for the
+    same bytes (:mod:`.group_sizing`), and the virtual ids they back."""
+    fixed = fixed_group_slots(physical_slots, prefill_chunk, per_request_minimum)
+    slots = group_slot_counts(physical_slots, budgets, [len(r) for r in ranges], fixed)
+    return LayerGroupLayout(ranges=tuple(ranges), physical_slots=physical_slots, group_slots=tuple(slots),
+                            virtual_slots=virtual_slot_count(slots, budgets))
+
+
+def _prefill_chunk() -> Optional[int]:
+    """The server's ``--chunked-prefill-size`` (None when chunked prefill is off)."""
+    from sglang.srt.runtime_context import get_schedule
+
+    size = get_schedule().chunked_prefill_size
+    return size if size is not None and size > 0 else None
 
 
 def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv_pool: Any, is_dsv4_model: bool,
@@ -147,9 +169,8 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
         raise RuntimeError(f"sglang-pask layer groups need --page-size 1, got {state.pool.page_size}")
     slack = KVViewTable.DECODE_SLACK
     allocator = LayerGroupAllocator(
-        state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False,
-        growth_budget=max(state.budgets),
-        growth_overhead=0 if max(state.budgets) >= 1.0
+        state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False, budgets=state.budgets,
+        growth_overhead=0 if min(state.budgets) >= 1.0
         else state.config.kv_window + state.policy.reserved_tokens + slack,
     )
     req_to_token = req_to_token_pool.req_to_token
