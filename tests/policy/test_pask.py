@@ -153,3 +153,18 @@ def test_pask_without_a_table_is_the_plain_fill():
     assert torch.equal(decision.keep, keep_highest(scores, positions >= 60, 20).keep)
     pooled = PaskPolicy().select(positions, roles, scores, 20, 4, 64)
     assert torch.equal(pooled.keep, get_policy("snapkv").select(positions, roles, scores, 20, 4, 64).keep)
+
+
+def test_the_shipped_policy_loads_for_the_default_model_and_fits_its_budget():
+    from sglang_pask.policy.resolve import CALIBRATED_DIR, shipped_policy_file
+
+    path = shipped_policy_file("Qwen2.5-Coder-0.5B-Instruct")
+    assert path is not None and path.parent == CALIBRATED_DIR
+    data = json.loads(path.read_text())
+    ranges = [range(first, last + 1) for first, last in data["layer_groups"]]
+    table = load_policy_file(path, data["model"]["num_layers"], ranges, "Qwen2.5-Coder-0.5B-Instruct")
+    budget = data["calibration"]["budget"]
+    policy = get_policy("pask", table=table)
+    budgets = policy.group_budgets(budget, len(ranges), [len(r) for r in ranges])
+    assert sum(b * len(r) for b, r in zip(budgets, ranges)) / data["model"]["num_layers"] == pytest.approx(budget)
+    assert any(f > 0 for row in table.floors for f in row)
