@@ -222,11 +222,16 @@ def _budget(text: str) -> float:
     return value
 
 
-def _window(text: str) -> int:
+def _whole_number(text: str, expected: str) -> int:
+    """``text`` as an int, or an argparse error saying it must be ``expected``."""
     try:
-        value = int(text)
+        return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of tokens, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be {expected}, got {text!r}") from None
+
+
+def _window(text: str) -> int:
+    value = _whole_number(text, "a whole number of tokens")
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be non-negative, got {value}")
     return value
@@ -235,10 +240,7 @@ def _window(text: str) -> int:
 def _pivot(text: str) -> Union[str, int]:
     if text == "auto":
         return "auto"
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be 'auto' or a layer index >= 1, got {text!r}") from None
+    value = _whole_number(text, "'auto' or a layer index >= 1")
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be 'auto' or a layer index >= 1, got {value}")
     return value
