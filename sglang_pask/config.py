@@ -24,6 +24,9 @@ KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyram
 
 # Newest tokens every layer group always keeps (--kv-window default).
 DEFAULT_KV_WINDOW = 8
+# Newest queries whose attention scores the keys for windowed policies (--kv-score-window default):
+# SnapKV's observation window, which reaches back past the chat template into the question.
+DEFAULT_KV_SCORE_WINDOW = 32
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
 
@@ -116,6 +119,9 @@ class PaskConfig:
         How layers are grouped; each group keeps its own token set.
     kv_window : int
         The recent window: the newest tokens of a request that every layer group keeps.
+    kv_score_window : int
+        The observation window: how many of the newest queries score the keys for windowed policies
+        (SnapKV, PyramidKV, PASK).
     pask_policy : str or None
         The calibrated PASK policy file for ``--kv-policy pask`` (None: the one shipped for the
         default model).
@@ -135,6 +141,7 @@ class PaskConfig:
     kv_budget: float = 1.0
     kv_layer_groups: LayerGroupSpec = field(default_factory=lambda: LayerGroupSpec(count=1))
     kv_window: int = DEFAULT_KV_WINDOW
+    kv_score_window: int = DEFAULT_KV_SCORE_WINDOW
     pask_policy: Optional[str] = None
     structkv: bool = False
     structkv_prefill_ratio: float = DEFAULT_STRUCTKV_PREFILL_RATIO
@@ -151,6 +158,8 @@ class PaskConfig:
             raise ConfigError(f"--pask-policy applies to --kv-policy pask only (the policy is {self.kv_policy!r})")
         if self.kv_window < 0:
             raise ConfigError(f"--kv-window: must be a non-negative number of tokens, got {self.kv_window}")
+        if self.kv_score_window < 1:
+            raise ConfigError(f"--kv-score-window: must be at least 1 query, got {self.kv_score_window}")
         self._check_structkv()
 
     def _check_structkv(self) -> None:
@@ -179,7 +188,8 @@ class PaskConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "PaskConfig":
         """Inverse of :meth:`to_dict`; raises ConfigError on unknown keys or bad values."""
-        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window", "pask_policy", "structkv",
+        unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window", "kv_score_window",
+                               "pask_policy", "structkv",
                                "structkv_prefill_ratio", "structkv_kv_ratio", "structkv_pivot", "structkv_mode"}
         if unknown:
             raise ConfigError(f"unknown sglang-pask config keys: {', '.join(sorted(unknown))}")
@@ -188,6 +198,7 @@ class PaskConfig:
             kv_budget=float(data.get("kv_budget", 1.0)),
             kv_layer_groups=LayerGroupSpec.parse(str(data.get("kv_layer_groups", "1"))),
             kv_window=int(data.get("kv_window", DEFAULT_KV_WINDOW)),
+            kv_score_window=int(data.get("kv_score_window", DEFAULT_KV_SCORE_WINDOW)),
             pask_policy=data.get("pask_policy"),
             structkv=bool(data.get("structkv", False)),
             structkv_prefill_ratio=float(data.get("structkv_prefill_ratio", DEFAULT_STRUCTKV_PREFILL_RATIO)),
@@ -237,6 +248,13 @@ def _window(text: str) -> int:
     return value
 
 
+def _score_window(text: str) -> int:
+    value = _whole_number(text, "a whole number of queries")
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def _pivot(text: str) -> Union[str, int]:
     if text == "auto":
         return "auto"
@@ -282,6 +300,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         default=DEFAULT_KV_WINDOW,
         metavar="TOKENS",
         help=f"Recent window: the newest tokens of a request every layer group keeps (default: {DEFAULT_KV_WINDOW}).",
+    )
+    group.add_argument(
+        "--kv-score-window",
+        type=_score_window,
+        default=DEFAULT_KV_SCORE_WINDOW,
+        metavar="QUERIES",
+        help="Observation window: how many of the newest queries score the keys for snapkv, pyramidkv and pask "
+        f"(default: {DEFAULT_KV_SCORE_WINDOW}).",
     )
     group.add_argument(
         "--pask-policy",
@@ -349,6 +375,7 @@ def from_namespace(args: argparse.Namespace) -> PaskConfig:
         kv_budget=args.kv_budget,
         kv_layer_groups=args.kv_layer_groups,
         kv_window=args.kv_window,
+        kv_score_window=args.kv_score_window,
         pask_policy=args.pask_policy,
         structkv=args.structkv,
         structkv_prefill_ratio=_or(args.structkv_prefill_ratio, DEFAULT_STRUCTKV_PREFILL_RATIO),

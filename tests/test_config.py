@@ -99,3 +99,12 @@ def test_structkv_values_are_checked(kwargs, message):
     with pytest.raises(ConfigError) as err:
         PaskConfig(**kwargs)
     assert message in str(err.value)
+
+
+def test_score_window_default_round_trip_and_check():
+    assert PaskConfig().kv_score_window == 32
+    config = PaskConfig(kv_policy="snapkv", kv_budget=0.5, kv_score_window=16)
+    config.publish()
+    assert PaskConfig.from_env() == config
+    with pytest.raises(ConfigError, match="--kv-score-window: must be at least 1 query, got 0"):
+        PaskConfig(kv_score_window=0)

@@ -49,7 +49,7 @@ def grouped_layout(budgets, group_slots=None, layers=LAYERS):
 
 
 def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, budgets=None,
-                 group_slots=None, **options):
+                 group_slots=None, score_window=None, **options):
     """A layer-group pool (one layer per group), its allocator and view table, and req_to_token."""
     if budgets is None:
         budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
@@ -60,7 +60,8 @@ def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, 
     def drop(row, group, positions):
         allocator.drop(group, req_to_token[row, positions])
 
-    pool.views = KVViewTable(get_policy(policy, **options), budgets, window, drop, slack=2, roles_of=roles_of)
+    pool.views = KVViewTable(get_policy(policy, **options), budgets, window, drop, slack=2, roles_of=roles_of,
+                             score_window=score_window)
     return pool, allocator, req_to_token
 
 
@@ -262,6 +263,26 @@ def test_every_policy_compresses_private_tokens_to_its_capacity(policy):
     allocator.free(req_to_token[3, :length].long())
     pool.views.release(3)
     assert allocator.available_size() == SLOTS and allocator.check_slots() == []
+
+
+@pytest.mark.parametrize("policy, score_window, expected", [("snapkv", 12, 12), ("snapkv", None, 4), ("h2o", 12, 32)])
+def test_windowed_policies_score_with_the_observation_window(policy, score_window, expected):
+    pool, allocator, req_to_token = make_grouped(policy, 0.5, window=4, score_window=score_window)
+    scored = []
+    add_scores = pool.views.add_scores
+
+    def record(row, group, positions, scores, num_queries):
+        scored.append(num_queries)
+        add_scores(row, group, positions, scores, num_queries)
+
+    pool.views.add_scores = record
+    ids = allocator.alloc(32)
+    req_to_token[3, :32] = ids
+    run_layers(backend_for(pool, req_to_token), forward_batch([3], [32], [32], ids), 32,
+               torch.Generator().manual_seed(3))
+    assert scored == [expected] * LAYERS
+    allocator.free(ids.long())
+    pool.views.release(3)
 
 
 def test_admission_counts_what_evicting_the_cache_frees_per_group():

@@ -20,7 +20,8 @@ When a request is compressed:
 
 Scores (for policies that need them) arrive per (layer, request) as the attention the step's queries
 pay to the view's positions, summed over heads and the group's layers. Windowed policies (SnapKV)
-score with the last ``window`` queries; others (H2O) with every query since the last call.
+score with the last ``score_window`` queries (the observation window); others (H2O) with every query
+since the last call.
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ class CalibrationProbe:
         is :data:`ALL_GROUPS`), keep everything else.
     distortion_budget : float or None
         Measure, per layer group, the attention-output distortion of keeping this budget's
-        score-ordered subset of the prompt (the prompt's last ``window`` queries; nothing is dropped).
+        score-ordered subset of the prompt (the prompt's last ``score_window`` queries; nothing is
+        dropped).
     """
 
     drop_group: Optional[int] = None
@@ -138,7 +140,7 @@ class KVViewTable:
     group_budgets : list[float]
         ``(num_groups,)`` budget of each group (:func:`~sglang_pask.policy.plan_group_budgets`).
     window : int
-        Newest positions every group keeps; also the number of queries windowed scores use.
+        Newest positions every group keeps.
     drop : DropFn
         Frees a group's slots of a row's positions.
     slack : int
@@ -147,19 +149,22 @@ class KVViewTable:
         Roles of a row's positions, for policies that use roles (free text for all when omitted).
     probe_of : ProbeFn, optional
         A row's calibration probe, read when its view is created.
+    score_window : int, optional
+        The observation window: how many of the newest queries windowed scores use (default: ``window``).
     """
 
     DECODE_SLACK = 4
 
     def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn,
                  slack: int = DECODE_SLACK, device: torch.device | str = "cpu", roles_of: Optional[RolesFn] = None,
-                 probe_of: Optional[ProbeFn] = None):
+                 probe_of: Optional[ProbeFn] = None, score_window: Optional[int] = None):
         self.device = torch.device(device)
         self.roles_of = roles_of
         self.probe_of = probe_of
         self.policy = policy
         self.group_budgets = list(group_budgets)
         self.window = window
+        self.score_window = max(1, window) if score_window is None else score_window
         self.drop = drop
         self.slack = slack
         self.views: dict[int, RequestView] = {}
@@ -173,7 +178,7 @@ class KVViewTable:
 
     def score_queries(self, extend_len: int) -> int:
         """How many of an extend pass's newest queries score the keys."""
-        return min(extend_len, self.window) if self.policy.scores_from_window else extend_len
+        return min(extend_len, self.score_window) if self.policy.scores_from_window else extend_len
 
     def view(self, row: int, prefix_len: int) -> RequestView:
         """The row's view, created for a new request whose first ``prefix_len`` tokens are shared."""
@@ -313,7 +318,8 @@ class KVViewTable:
         view.pending, view.pending_queries = None, 0
         if self.policy.scores_from_window:
             view.recent.append((queries, step))
-            while len(view.recent) > 1 and sum(q for q, _ in view.recent) - view.recent[0][0] >= self.window:
+            window = self.score_window
+            while len(view.recent) > 1 and sum(q for q, _ in view.recent) - view.recent[0][0] >= window:
                 view.recent.popleft()
             new: Optional[Tensor] = None
             for _, scores in view.recent:

@@ -152,7 +152,7 @@ class LayerGroupTorchNativeAttnBackend(TorchNativeAttnBackend):
             outputs[start:start + new] = out.movedim(0, 1)
             probe = self.views.views[row].probe
             if is_extend and probe is not None and probe.distortion_budget is not None:
-                window_q = query[:, max(0, new - self.views.window):, :].movedim(0, 1)
+                window_q = query[:, max(0, new - self.views.score_window):, :].movedim(0, 1)
                 self.views.add_distortion(row, group, attention_distortion(
                     window_q, keys.movedim(0, 1), values.movedim(0, 1), layer.scaling, probe.distortion_budget,
                     self.views.window,

@@ -181,6 +181,7 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
     state.allocator = allocator
     state.requests = RequestRoles()
     state.views = KVViewTable(state.policy, state.budgets, state.config.kv_window, drop, slack=slack,
+                              score_window=state.config.kv_score_window,
                               device=req_to_token.device, roles_of=state.requests.roles_of,
                               probe_of=state.requests.probe_of)
     state.pool.views = state.views
