@@ -22,7 +22,8 @@ and measures accuracy and time to first token (TTFT: the prefill, one request al
 * ``snapkv``: ``--kv-policy snapkv --kv-budget 0.1`` (full prefill, KV compressed after it).
 
 Prints a table (accuracy and median TTFT per mode and length, ratios against ``full`` of the same
-run); ``--json`` writes it with the per-item results, command, date, machine and commit;
+run, and for the StructKV modes the median pivot layer and the layer after which the rows shrank,
+from each response's ``meta_info.kv_stats.structkv``); ``--json`` writes it with the per-item results, command, date, machine and commit;
 ``--markdown`` writes the table as Markdown.
 
 Example::
@@ -44,7 +45,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import requests
 from tqdm import tqdm
@@ -73,7 +74,7 @@ class Item:
 
 @dataclass
 class Outcome:
-    """One answer: correctness and time to first token."""
+    """One answer: correctness, time to first token and, under StructKV, what its prefill did."""
 
     mode: str
     task: str
@@ -82,6 +83,9 @@ class Outcome:
     correct: bool
     ttft_s: float
     answer: str
+    pivot: Optional[int] = None
+    decided_at: Optional[int] = None
+    skeleton_tokens: Optional[int] = None
 
 
 def _filled(pieces: list[tuple[float, str]], noise_units: int) -> str:
@@ -147,10 +151,12 @@ def server_flags(mode: str, fixed_pivot: int, gemfilter_pivot: int) -> list[str]
 
 
 def ask(url: str, item: Item) -> tuple[str, float]:
-    """Stream one greedy answer; returns it and the time to its first chunk (seconds)."""
+    """Stream one greedy answer; returns it, the time to its first chunk (seconds) and the StructKV
+    prefill report of its last chunk (``meta_info.kv_stats.structkv``; empty without StructKV)."""
     start = time.perf_counter()
     ttft = None
     text = ""
+    report: dict = {}
     payload = {"text": item.text, "stream": True,
                "sampling_params": {"temperature": 0, "max_new_tokens": ANSWER_TOKENS}}
     with requests.post(f"{url}/generate", json=payload, stream=True, timeout=1800) as response:
@@ -160,8 +166,10 @@ def ask(url: str, item: Item) -> tuple[str, float]:
                 continue
             if ttft is None:
                 ttft = time.perf_counter() - start
-            text = json.loads(line[5:])["text"]
-    return text, ttft if ttft is not None else time.perf_counter() - start
+            chunk = json.loads(line[5:])
+            text = chunk["text"]
+            report = (chunk.get("meta_info", {}).get("kv_stats") or {}).get("structkv") or report
+    return text, ttft if ttft is not None else time.perf_counter() - start, report
 
 
 def is_correct(item: Item, answer: str) -> bool:
@@ -178,15 +186,17 @@ def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Names
     try:
         ask(server.url, items[0])  # warm-up (first-call allocations), not counted
         for item in tqdm(items, desc=mode, file=sys.stderr):
-            answer, ttft = ask(server.url, item)
-            outcomes.append(Outcome(mode, item.task, item.length, item.index, is_correct(item, answer), ttft, answer))
+            answer, ttft, report = ask(server.url, item)
+            outcomes.append(Outcome(mode, item.task, item.length, item.index, is_correct(item, answer), ttft, answer,
+                                    report.get("pivot"), report.get("decided_at"), report.get("skeleton_tokens")))
     finally:
         server.stop()
     return outcomes
 
 
 def summarize(outcomes: list[Outcome]) -> list[dict]:
-    """Per (mode, length): accuracy over tasks, median TTFT, and both against ``full``."""
+    """Per (mode, length): accuracy over tasks, median TTFT, both against ``full``, and under StructKV
+    the median pivot and layer the rows shrank after (None where no prefill reported one)."""
     rows = []
     keys = sorted({(o.mode, o.length) for o in outcomes}, key=lambda k: (k[1], MODES.index(k[0])))
     for mode, length in keys:
@@ -198,6 +208,9 @@ def summarize(outcomes: list[Outcome]) -> list[dict]:
         for task in TASKS:
             of_task = [o for o in mine if o.task == task]
             row[f"accuracy_{task}"] = sum(o.correct for o in of_task) / len(of_task) if of_task else None
+        for key in ("pivot", "decided_at"):
+            values = [getattr(o, key) for o in mine if getattr(o, key) is not None]
+            row[key] = statistics.median(values) if values else None
         if full:
             full_accuracy = sum(o.correct for o in full) / len(full)
             row["accuracy_vs_full"] = row["accuracy"] / full_accuracy if full_accuracy else None
@@ -207,14 +220,15 @@ def summarize(outcomes: list[Outcome]) -> list[dict]:
 
 
 def format_table(rows: list[dict], markdown: bool = False) -> str:
-    header = ["length", "mode", "items", "acc", "acc niah", "acc vt", "acc/full", "TTFT s", "TTFT/full"]
+    header = ["length", "mode", "items", "acc", "acc niah", "acc vt", "acc/full", "TTFT s", "TTFT/full", "pivot",
+              "pruned after"]
 
     def cell(value: Any, digits: int = 2) -> str:
         return "-" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
 
     body = [[str(r["length"]), r["mode"], str(r["items"]), cell(r["accuracy"]), cell(r["accuracy_niah"]),
              cell(r["accuracy_vt"]), cell(r.get("accuracy_vs_full")), cell(r["ttft_s"]),
-             cell(r.get("ttft_vs_full"))] for r in rows]
+             cell(r.get("ttft_vs_full")), cell(r.get("pivot"), 1), cell(r.get("decided_at"), 1)] for r in rows]
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])

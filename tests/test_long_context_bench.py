@@ -1,0 +1,81 @@
+"""``bench/long_context.py``: the generated prompts, the streamed answer with its StructKV report, and the
+summary (accuracy, TTFT ratios, median pivot) on outcomes written by hand."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from transformers import AutoTokenizer
+
+from bench.long_context import Item, Outcome, ask, build_items, format_table, is_correct, summarize
+from sglang_pask.default_model import ensure_default_model
+
+
+def test_items_fit_their_length_and_hold_what_the_answer_must_name():
+    tokenizer = AutoTokenizer.from_pretrained(ensure_default_model())
+    items = build_items(tokenizer, ["niah", "vt"], [512, 1024], 2)
+    assert [(i.task, i.length, i.index) for i in items] == [
+        ("niah", 512, 0), ("niah", 512, 1), ("niah", 1024, 0), ("niah", 1024, 1),
+        ("vt", 512, 0), ("vt", 512, 1), ("vt", 1024, 0), ("vt", 1024, 1)]
+    for item in items:
+        tokens = len(tokenizer(item.text)["input_ids"])
+        assert 0.8 * item.length <= tokens <= item.length
+        assert all(part in item.text for part in item.expected)
+    assert build_items(tokenizer, ["niah"], [512], 1)[0] == items[0]  # seeded: the same prompt every run
+
+
+def test_an_answer_is_correct_only_if_it_names_every_expected_part():
+    item = Item("vt", 512, 0, "text", ("AAAAA", "BBBBB"))
+    assert is_correct(item, "AAAAA BBBBB")
+    assert not is_correct(item, "AAAAA")
+
+
+@pytest.fixture()
+def streaming_stub():
+    """A /generate stub that streams two chunks; the last carries a StructKV report."""
+    report = {"mode": "auto", "pivot": 9, "decided_at": 11, "skeleton_tokens": 120}
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.end_headers()
+            for chunk in ({"text": "The number", "meta_info": {}},
+                          {"text": "The number is 1234567.", "meta_info": {"kv_stats": {"structkv": report}}}):
+                self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+            self.wfile.write(b"data: [DONE]\n\n")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", report
+    server.shutdown()
+
+
+def test_ask_returns_the_answer_its_first_chunk_time_and_the_structkv_report(streaming_stub):
+    url, report = streaming_stub
+    text, ttft, got = ask(url, Item("niah", 512, 0, "prompt", ("1234567",)))
+    assert text == "The number is 1234567." and ttft > 0 and got == report
+
+
+def test_summary_compares_with_full_and_gives_the_median_pivot():
+    outcomes = [
+        Outcome("full", "niah", 2048, 0, True, 2.0, "a"),
+        Outcome("full", "vt", 2048, 0, True, 4.0, "b"),
+        Outcome("structkv", "niah", 2048, 0, True, 1.0, "a", pivot=8, decided_at=10, skeleton_tokens=400),
+        Outcome("structkv", "vt", 2048, 0, False, 1.5, "c", pivot=12, decided_at=14, skeleton_tokens=400),
+    ]
+    rows = summarize(outcomes)
+    full, structkv = rows
+    assert (full["mode"], full["accuracy"], full["ttft_s"], full["pivot"]) == ("full", 1.0, 3.0, None)
+    assert structkv["accuracy"] == 0.5 and structkv["accuracy_vs_full"] == 0.5
+    assert structkv["ttft_vs_full"] == pytest.approx(1.25 / 3.0)
+    assert (structkv["pivot"], structkv["decided_at"]) == (10, 12)
+    table = format_table(rows, markdown=True)
+    assert "| pivot | pruned after |" in table and "| 10.0 | 12.0 |" in table
