@@ -24,9 +24,6 @@ KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyram
 
 # Newest tokens every layer group always keeps (--kv-window default).
 DEFAULT_KV_WINDOW = 8
-# Newest queries whose attention scores the keys for windowed policies (--kv-score-window default):
-# SnapKV's observation window, which reaches back past the chat template into the question.
-DEFAULT_KV_SCORE_WINDOW = 32
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
 
@@ -119,9 +116,9 @@ class PaskConfig:
         How layers are grouped; each group keeps its own token set.
     kv_window : int
         The recent window: the newest tokens of a request that every layer group keeps.
-    kv_score_window : int
+    kv_score_window : int or None
         The observation window: how many of the newest queries score the keys for windowed policies
-        (SnapKV, PyramidKV, PASK).
+        (SnapKV, PyramidKV, PASK); None means ``kv_window`` (at least 1).
     pask_policy : str or None
         The calibrated PASK policy file for ``--kv-policy pask`` (None: the one shipped for the
         default model).
@@ -141,7 +138,7 @@ class PaskConfig:
     kv_budget: float = 1.0
     kv_layer_groups: LayerGroupSpec = field(default_factory=lambda: LayerGroupSpec(count=1))
     kv_window: int = DEFAULT_KV_WINDOW
-    kv_score_window: int = DEFAULT_KV_SCORE_WINDOW
+    kv_score_window: Optional[int] = None
     pask_policy: Optional[str] = None
     structkv: bool = False
     structkv_prefill_ratio: float = DEFAULT_STRUCTKV_PREFILL_RATIO
@@ -158,7 +155,7 @@ class PaskConfig:
             raise ConfigError(f"--pask-policy applies to --kv-policy pask only (the policy is {self.kv_policy!r})")
         if self.kv_window < 0:
             raise ConfigError(f"--kv-window: must be a non-negative number of tokens, got {self.kv_window}")
-        if self.kv_score_window < 1:
+        if self.kv_score_window is not None and self.kv_score_window < 1:
             raise ConfigError(f"--kv-score-window: must be at least 1 query, got {self.kv_score_window}")
         self._check_structkv()
 
@@ -198,7 +195,7 @@ class PaskConfig:
             kv_budget=float(data.get("kv_budget", 1.0)),
             kv_layer_groups=LayerGroupSpec.parse(str(data.get("kv_layer_groups", "1"))),
             kv_window=int(data.get("kv_window", DEFAULT_KV_WINDOW)),
-            kv_score_window=int(data.get("kv_score_window", DEFAULT_KV_SCORE_WINDOW)),
+            kv_score_window=None if data.get("kv_score_window") is None else int(data["kv_score_window"]),
             pask_policy=data.get("pask_policy"),
             structkv=bool(data.get("structkv", False)),
             structkv_prefill_ratio=float(data.get("structkv_prefill_ratio", DEFAULT_STRUCTKV_PREFILL_RATIO)),
@@ -304,10 +301,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--kv-score-window",
         type=_score_window,
-        default=DEFAULT_KV_SCORE_WINDOW,
+        default=None,
         metavar="QUERIES",
         help="Observation window: how many of the newest queries score the keys for snapkv, pyramidkv and pask "
-        f"(default: {DEFAULT_KV_SCORE_WINDOW}).",
+        "(default: the --kv-window).",
     )
     group.add_argument(
         "--pask-policy",

@@ -102,7 +102,7 @@ def test_structkv_values_are_checked(kwargs, message):
 
 
 def test_score_window_default_round_trip_and_check():
-    assert PaskConfig().kv_score_window == 32
+    assert PaskConfig().kv_score_window is None
     config = PaskConfig(kv_policy="snapkv", kv_budget=0.5, kv_score_window=16)
     config.publish()
     assert PaskConfig.from_env() == config

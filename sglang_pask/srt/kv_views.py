@@ -150,7 +150,8 @@ class KVViewTable:
     probe_of : ProbeFn, optional
         A row's calibration probe, read when its view is created.
     score_window : int, optional
-        The observation window: how many of the newest queries windowed scores use (default: ``window``).
+        The observation window: how many of the newest queries windowed scores use (default: ``window``,
+        at least 1).
     """
 
     DECODE_SLACK = 4
