@@ -138,7 +138,8 @@ def transition_scores(stats: Tensor, weights: tuple[float, float, float] = DEFAU
     )
 
 
-def detect_pivot(stats: Tensor, num_layers: int, weights: tuple[float, float, float] = DEFAULT_WEIGHTS) -> int:
+def detect_pivot(stats: Tensor, num_layers: int, weights: tuple[float, float, float] = DEFAULT_WEIGHTS,
+                 min_pivot: int = 1) -> int:
     """The pivot layer ``L* = argmax_l T_l + 1`` from the statistics of the first ``m`` layers.
 
     ``m`` may be less than ``num_layers``: the search then covers layers ``0 .. m-1`` only (a
@@ -154,6 +155,9 @@ def detect_pivot(stats: Tensor, num_layers: int, weights: tuple[float, float, fl
         The model's number of layers.
     weights : tuple[float, float, float]
         Weights of the entropy, top-k mass and variance gradients.
+    min_pivot : int
+        The search covers pivots ``min_pivot .. m - 1`` only (steps ``l >= min_pivot - 1``; the
+        gradients are still normalized over every step seen).
 
     Returns
     -------
@@ -163,12 +167,15 @@ def detect_pivot(stats: Tensor, num_layers: int, weights: tuple[float, float, fl
     Raises
     ------
     ValueError
-        If ``stats`` is malformed or covers more than ``num_layers`` layers.
+        If ``stats`` is malformed or covers more than ``num_layers`` layers, or ``min_pivot`` is not
+        in ``[1, m - 1]``.
     """
     scores = transition_scores(stats, weights)
     if stats.shape[0] > num_layers:
         raise ValueError(f"stats cover {stats.shape[0]} layers but the model has {num_layers}")
-    return int(torch.argmax(scores)) + 1
+    if not 1 <= min_pivot <= stats.shape[0] - 1:
+        raise ValueError(f"min_pivot must be in [1, {stats.shape[0] - 1}] for {stats.shape[0]} layers, got {min_pivot}")
+    return int(torch.argmax(scores[min_pivot - 1:])) + min_pivot
 
 
 def step_dominance(stats: Tensor, step: int, weights: tuple[float, float, float] = DEFAULT_WEIGHTS) -> float:

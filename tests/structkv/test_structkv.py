@@ -354,3 +354,61 @@ def test_kv_keep_is_a_share_of_the_part_among_the_candidates(seed):
     assert set(range(n - 8, n)) <= set(keep.tolist()) and bool((keep.diff() > 0).all())
     everything = kv_keep(scores, torch.arange(n), ratio=1.0, window=8)
     assert torch.equal(everything, torch.arange(n))
+
+
+def early_narrowing_layers(gen: torch.Generator, num_layers: int, last_diffuse: int, n: int) -> list[Tensor]:
+    """Like :func:`planted_layers`, but attention already narrows mildly from layer 2 on (as it does on
+    the default model between its layers 1 and 2) before the planted phase change after
+    ``last_diffuse``."""
+    num_heads, window = 4, 8
+    hubs = torch.randperm(n, generator=gen)[: max(1, n // 20)]
+    early = torch.randperm(n, generator=gen)[: n // 4]
+    layers = []
+    for layer in range(num_layers):
+        logits = (0.2 + 0.3 * torch.rand((), generator=gen).item()) * torch.randn(num_heads, window, n, generator=gen)
+        if layer >= 2:
+            logits[:, :, early] += 1.5
+        if layer > last_diffuse:
+            logits[:, :, hubs] += 5.0
+        layers.append(torch.softmax(logits, dim=-1).sum(dim=1))
+    return layers
+
+
+def settle_online(layers: list[Tensor], **options) -> tuple[int, int]:
+    """``(pivot, decided_at)`` of an auto-pivot prefill fed ``layers`` in order."""
+    from sglang_pask.structkv import PromptPruning
+
+    pruning = PromptPruning(PivotConfig(), len(layers), layers[0].shape[-1], ratio=0.2, window=8, **options)
+    for layer, scores in enumerate(layers):
+        decision = pruning.observe(layer, scores.sum(dim=0))
+        if decision is not None:
+            return decision.pivot, decision.decided_at
+    raise AssertionError("no decision")
+
+
+def test_auto_pivot_searches_from_a_third_of_the_layers(seed):
+    """The planted transition is the offline pivot, but seen online after 4 layers an early narrowing
+    step (layer 1 to 2) looks like it: searched from layer 1 the decision settles there. Searched from
+    a third of the layers (the default) it settles on the planted pivot, ``patience`` layers later,
+    on at least 18 of 20 fresh prompts."""
+    num_layers, n, last_diffuse = 24, 300, 10
+    found = early = 0
+    for offset in range(20):
+        layers = early_narrowing_layers(torch.Generator().manual_seed(seed + offset), num_layers, last_diffuse, n)
+        stats = torch.stack([layer_statistics(scores.sum(dim=0)) for scores in layers])
+        assert detect_pivot(stats, num_layers) == last_diffuse + 1, f"seed={seed + offset}"
+        early += settle_online(layers, min_pivot_fraction=0.0)[0] == 2
+        found += settle_online(layers) == (last_diffuse + 1, last_diffuse + 3)
+    assert early >= 18, f"seed={seed}: searched from layer 1, settled on the early step {early} of 20 times"
+    assert found >= 18, f"seed={seed}: settled on the planted pivot {found} of 20 times"
+
+
+def test_detect_pivot_search_range(seed):
+    stats = torch.stack([layer_statistics(torch.rand(50, generator=torch.Generator().manual_seed(seed + i)))
+                         for i in range(10)])
+    scores = transition_scores(stats)
+    assert detect_pivot(stats, 10, min_pivot=5) == int(torch.argmax(scores[4:])) + 5, f"seed={seed}"
+    assert detect_pivot(stats, 10, min_pivot=1) == detect_pivot(stats, 10)
+    for bad in (0, 10):
+        with pytest.raises(ValueError, match="min_pivot must be in"):
+            detect_pivot(stats, 10, min_pivot=bad)
