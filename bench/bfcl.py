@@ -170,6 +170,10 @@ def select_items(
     return items
 
 
+# ItemResult.error_type of an item whose request timed out.
+TIMEOUT_ERROR = "request_timeout"
+
+
 def served_model(url: str) -> str:
     """Return the id of the model a server serves (``/v1/models``)."""
     response = requests.get(f"{url}/v1/models", timeout=30)
@@ -193,7 +197,9 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
     max_tokens : int
         Answer length cap.
     timeout_s : float
-        Request timeout.
+        Request timeout. An item whose answer does not come back in time counts as incorrect, with
+        error type :data:`TIMEOUT_ERROR` and an empty output (the run goes on: one slow answer on
+        a loaded machine must not lose every other result).
 
     Returns
     -------
@@ -215,7 +221,13 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
     if build_grammar is not None:
         body[grammar] = build_grammar(item)
     start = time.perf_counter()
-    response = requests.post(f"{url}/v1/chat/completions", json=body, timeout=timeout_s)
+    try:
+        response = requests.post(f"{url}/v1/chat/completions", json=body, timeout=timeout_s)
+    except requests.Timeout:
+        print(f"{item.id}: no answer within --request-timeout {timeout_s:g} s; counted as incorrect", file=sys.stderr)
+        return ItemResult(id=item.id, category=item.category, output="", valid=False, error_type=TIMEOUT_ERROR,
+                          latency_s=time.perf_counter() - start, prompt_tokens=0, completion_tokens=0,
+                          finish_reason="timeout")
     latency = time.perf_counter() - start
     if response.status_code != 200:
         raise requests.HTTPError(f"{item.id}: HTTP {response.status_code}: {response.text[:500]}")
@@ -306,7 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answer constraint (regex: same language, but 10-450 s to compile per item on CPU)")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     p.add_argument("--max-tokens", type=int, default=256, help="answer length cap")
-    p.add_argument("--request-timeout", type=float, default=900.0, help="seconds per request")
+    p.add_argument("--request-timeout", type=float, default=900.0,
+                   help="seconds per request; an answer that takes longer counts as incorrect (request_timeout)")
     p.add_argument("--port", type=int, help="server port when starting servers (None: a free one each time)")
     p.add_argument("--server-timeout", type=float, default=900.0, help="seconds to wait for /health")
     p.add_argument("--log-dir", help="folder for server logs (None: a new temporary folder)")

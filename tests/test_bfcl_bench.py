@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -17,6 +18,8 @@ from sglang_pask.bfcl.oracle import oracle_answer
 from sglang_pask.bfcl.prompt import build_messages
 
 CATEGORIES = ["simple_python", "parallel_multiple"]
+# Requests with this answer cap get a slow reply for the second item (see stub_server).
+SLOW_MAX_TOKENS = 77
 
 
 @pytest.fixture()
@@ -44,6 +47,8 @@ def stub_server():
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             requests_seen.append(body)
             index, item = by_prompt[json.dumps(body["messages"])]
+            if body["max_tokens"] == SLOW_MAX_TOKENS and index == 1:
+                time.sleep(1.5)  # past the test's --request-timeout
             text = oracle_answer(item) if index % 2 == 0 else "[no_such_function(x=1)]"
             self._reply({
                 "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
@@ -122,3 +127,15 @@ def test_bench_sends_the_chosen_grammar(stub_server):
     with_regex, unconstrained = requests_seen
     assert "ebnf" not in with_regex and with_regex["regex"].startswith(r"\[(")
     assert not {"regex", "ebnf"} & set(unconstrained)
+
+
+def test_an_answer_past_the_request_timeout_counts_as_incorrect_and_the_run_goes_on(stub_server, tmp_path):
+    url, _ = stub_server
+    out_json = tmp_path / "r.json"
+    assert main(["--url", url, "--categories", *CATEGORIES, "--limit", "2", "--max-tokens", str(SLOW_MAX_TOKENS),
+                 "--request-timeout", "0.5", "--json", str(out_json)]) == 0
+    (config,) = json.loads(out_json.read_text())["configs"]
+    timed_out = [r for r in config["items"] if r["error_type"] == "request_timeout"]
+    assert [(r["id"], r["valid"], r["output"], r["finish_reason"]) for r in timed_out] == [
+        (config["items"][1]["id"], False, "", "timeout")]
+    assert [r["valid"] for r in config["items"]] == [True, False, True, False]
