@@ -1,4 +1,4 @@
-"""What every benchmark here shares: the commit a result came from, and timing helpers.
+"""What every benchmark here shares: the commit a result came from, a result's header, and timing helpers.
 
 Standard library only at import (torch is imported where a timing needs it), so the kernel
 benchmarks still run from a bare checkout on a machine without this package installed.
@@ -6,10 +6,14 @@ benchmarks still run from a bare checkout on a machine without this package inst
 
 from __future__ import annotations
 
+import platform
+import shlex
 import statistics
 import subprocess
+import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +31,18 @@ def git_commit() -> str:
     if not commit:
         return "unknown"
     return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def run_header(prog: str, argv: Sequence[str] | None) -> dict[str, Any]:
+    """The header of a result file: the command as typed (``prog`` plus ``argv``, or the process's
+    arguments when ``argv`` is None), the UTC date, the machine and :func:`git_commit`."""
+    args = sys.argv[1:] if argv is None else argv
+    return {
+        "command": " ".join([prog, *(shlex.quote(a) for a in args)]),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
+        "commit": git_commit(),
+    }
 
 
 def median_ms(fn: Callable[[], object], repeats: int, device: Any) -> float:

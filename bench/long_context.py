@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import random
 import shlex
 import statistics
@@ -43,14 +42,13 @@ import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
 import requests
 from tqdm import tqdm
 
-from bench.common import git_commit
+from bench.common import run_header
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
 TASKS: tuple[str, ...] = ("niah", "vt")
@@ -277,10 +275,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.markdown).write_text(format_table(rows, markdown=True) + "\n")
     if args.json:
         record = {
-            "command": "python -m bench.long_context " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
-            "commit": git_commit(),
+            **run_header("python -m bench.long_context", argv),
             "model": model_path,
             "seed": SEED,
             "summary": rows,

@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shlex
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
 
@@ -39,7 +37,7 @@ import requests
 from tqdm import tqdm
 
 from bench.bfcl import configurations, parse_budgets, select_items
-from bench.common import git_commit
+from bench.common import run_header
 from sglang_pask.bfcl.data import AST_CATEGORIES
 from sglang_pask.bfcl.grammar import item_ebnf
 from sglang_pask.bfcl.prompt import build_messages
@@ -195,10 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(table)
     if args.json:
         record = {
-            "command": "python -m bench.memory " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
-            "commit": git_commit(),
+            **run_header("python -m bench.memory", argv),
             "model": model_path,
             "workload": {"items": len(items), "max_tokens": args.max_tokens, "grammar": "ebnf",
                          "max_total_tokens": args.max_total_tokens, "layer_groups": args.layer_groups},

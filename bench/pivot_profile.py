@@ -23,14 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
-import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from bench.common import git_commit
+from bench.common import run_header
 
 
 def profile(scores_per_layer: list[Any], window: int) -> dict[str, Any]:
@@ -106,10 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("      dom " + " ".join(f"{x:+.1f}" for x in row["dominance"]))
     if args.json:
         record = {
-            "command": "python -m bench.pivot_profile " + " ".join(shlex.quote(a) for a in (argv or sys.argv[1:])),
-            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
-            "commit": git_commit(),
+            **run_header("python -m bench.pivot_profile", argv),
             "model": model_path,
             "profiles": rows,
         }

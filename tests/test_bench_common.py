@@ -1,0 +1,16 @@
+"""``bench/common.py``: the header every result file starts with."""
+
+from __future__ import annotations
+
+import re
+
+from bench.common import run_header
+
+
+def test_run_header_names_the_command_date_machine_and_commit():
+    header = run_header("python -m bench.memory", ["--policies", "pask", "--server-args", "--kv-budget 0.33"])
+    assert header["command"] == "python -m bench.memory --policies pask --server-args '--kv-budget 0.33'"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", header["date"])
+    assert header["machine"]["platform"] and header["machine"]["processor"]
+    assert re.fullmatch(r"([0-9a-f]{40}(-dirty)?|unknown)", header["commit"])
+    assert run_header("python -m bench.memory", [])["command"] == "python -m bench.memory"
