@@ -3,7 +3,9 @@
 Asks a running SGLang server (``--url``), or servers it starts itself, one per (policy, budget),
 with ``python -m sglang_pask.launch_server <--server-args> --kv-policy P --kv-budget B`` on a free
 port (:class:`sglang_pask.server_process.ServerProcess`, which also kills it afterwards),
-BFCL's eight AST categories in BFCL's prompting format: greedy, the answer constrained to a Python
+BFCL's eight AST categories in BFCL's prompting format (servers it starts run with the radix cache
+off unless ``--radix-cache``, so that each item is compressed by its own question and not by the
+earlier item that first computed the shared system prompt): greedy, the answer constrained to a Python
 call list over the item's functions (``--grammar``: EBNF by default; the equivalent regex costs
 xgrammar 11 s to compile for a one-function item and 450 s for a 37-function one with the default
 model's 151k-token vocabulary on the 2-core CPU, EBNF 0.1-0.3 s), many requests in flight so that
@@ -289,6 +291,15 @@ def run_config(
     return ConfigResult(policy=policy, budget=budget, items=ordered, wall_s=wall, server={"url": url, "model": model})
 
 
+def server_flags(server_args: str, policy: str, budget: float, radix_cache: bool) -> list[str]:
+    """Launcher arguments of one configuration's server: ``server_args`` (shell syntax), the policy and
+    budget, and ``--disable-radix-cache`` unless ``radix_cache`` (or ``server_args`` already has it)."""
+    flags = [*shlex.split(server_args), "--kv-policy", policy, "--kv-budget", f"{budget:g}"]
+    if not radix_cache and "--disable-radix-cache" not in flags:
+        flags.append("--disable-radix-cache")
+    return flags
+
+
 def machine_info() -> dict[str, str | int]:
     """``uname -a``, CPU count and Python version of this machine."""
     return {
@@ -322,6 +333,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds per request; an answer that takes longer counts as incorrect (request_timeout)")
     p.add_argument("--port", type=int, help="server port when starting servers (None: a free one each time)")
     p.add_argument("--server-timeout", type=float, default=900.0, help="seconds to wait for /health")
+    p.add_argument("--radix-cache", action="store_true",
+                   help="keep SGLang's radix prefix cache on in the servers started (off by default: then every "
+                        "item's KV is compressed by its own question; with it on, a compressed request reads a "
+                        "shared prefix, such as BFCL's system prompt, as the request that first computed it kept it, "
+                        "so answers depend on the order the items ran in)")
     p.add_argument("--log-dir", help="folder for server logs (None: a new temporary folder)")
     p.add_argument("--json", help="write all results here")
     p.add_argument("--markdown", help="write a markdown report here")
@@ -397,13 +413,18 @@ def _run_lines(record: dict) -> list[str]:
     return lines
 
 
+# How the report names the servers' radix cache setting (absent from records older than the flag).
+_RADIX_NOTE = {True: ", radix cache on", False: ", radix cache off"}
+
+
 def _report_markdown(record: dict, configs: Sequence[ConfigResult]) -> str:
     lines = [
         f"# BFCL AST accuracy ({record['date']})",
         "",
         *_run_lines(record),
         f"- items: {record['n_items']} ({', '.join(record['categories'])}); grammar {record['grammar']}, "
-        f"greedy, max tokens {record['max_tokens']}, concurrency {record['concurrency']}",
+        f"greedy, max tokens {record['max_tokens']}, concurrency {record['concurrency']}"
+        f"{_RADIX_NOTE.get(record.get('radix_cache'), '')}",
         "",
         "Accuracy in % (correct/n) by BFCL's AST checker; average = unweighted mean over categories.",
         "",
@@ -463,7 +484,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="bench_bfcl_logs_"))
         for policy, budget in grid:
-            server_args = [*shlex.split(args.server_args), "--kv-policy", policy, "--kv-budget", f"{budget:g}"]
+            server_args = server_flags(args.server_args, policy, budget, args.radix_cache)
             log_path = log_dir / f"server_{policy}_{budget:g}.log"
             server = ServerProcess(server_args, log_path, port=args.port)
             print(f"starting server {policy}@{budget:g} on {server.url}, log {log_path}")
@@ -488,6 +509,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "grammar": args.grammar,
         "max_tokens": args.max_tokens,
         "concurrency": args.concurrency,
+        # None: asked a running server (--url), whose cache setting the bench does not know.
+        "radix_cache": None if args.url is not None else "--disable-radix-cache" not in server_flags(
+            args.server_args, FULL_POLICY, 1.0, args.radix_cache),
         "n_items": len(items),
         "configs": [
             {

@@ -6,6 +6,7 @@ benchmarks still run from a bare checkout on a machine without this package inst
 
 from __future__ import annotations
 
+import os
 import platform
 import shlex
 import statistics
@@ -40,9 +41,24 @@ def run_header(prog: str, argv: Sequence[str] | None) -> dict[str, Any]:
     return {
         "command": " ".join([prog, *(shlex.quote(a) for a in args)]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine()},
+        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
+                    "nproc": os.cpu_count()},
         "commit": git_commit(),
     }
+
+
+def markdown_header(title: str, header: dict[str, Any]) -> str:
+    """A result file's Markdown opening: ``title`` and the :func:`run_header` fields as a list."""
+    machine = header["machine"]
+    return "\n".join([
+        f"# {title}",
+        "",
+        f"- command: `{header['command']}`",
+        f"- date: {header['date']}",
+        f"- machine: {machine['platform']} ({machine['processor']}), nproc {machine.get('nproc', '?')}",
+        f"- commit: {header['commit']}",
+        "",
+    ]) + "\n"
 
 
 def median_ms(fn: Callable[[], object], repeats: int, device: Any) -> float:

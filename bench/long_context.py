@@ -48,7 +48,7 @@ from typing import Any, Optional, Sequence
 import requests
 from tqdm import tqdm
 
-from bench.common import run_header
+from bench.common import markdown_header, run_header
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
 TASKS: tuple[str, ...] = ("niah", "vt")
@@ -255,6 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    header = run_header("python -m bench.long_context", argv)
     from transformers import AutoTokenizer
 
     from sglang_pask.default_model import ensure_default_model
@@ -272,10 +273,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     table = format_table(rows)
     print(table)
     if args.markdown:
-        Path(args.markdown).write_text(format_table(rows, markdown=True) + "\n")
+        Path(args.markdown).write_text(markdown_header("Long-context accuracy and prefill time", header)
+                                       + format_table(rows, markdown=True) + "\n")
     if args.json:
         record = {
-            **run_header("python -m bench.long_context", argv),
+            **header,
             "model": model_path,
             "seed": SEED,
             "summary": rows,

@@ -4,13 +4,23 @@ from __future__ import annotations
 
 import re
 
-from bench.common import run_header
+from bench.common import markdown_header, run_header
 
 
 def test_run_header_names_the_command_date_machine_and_commit():
     header = run_header("python -m bench.memory", ["--policies", "pask", "--server-args", "--kv-budget 0.33"])
     assert header["command"] == "python -m bench.memory --policies pask --server-args '--kv-budget 0.33'"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", header["date"])
-    assert header["machine"]["platform"] and header["machine"]["processor"]
+    assert header["machine"]["platform"] and header["machine"]["processor"] and header["machine"]["nproc"] >= 1
     assert re.fullmatch(r"([0-9a-f]{40}(-dirty)?|unknown)", header["commit"])
     assert run_header("python -m bench.memory", [])["command"] == "python -m bench.memory"
+
+
+def test_markdown_header_lists_the_run_header():
+    header = run_header("python -m bench.long_context", ["--lengths", "2048"])
+    text = markdown_header("Long-context accuracy", header)
+    lines = text.splitlines()
+    assert lines[0] == "# Long-context accuracy"
+    assert "- command: `python -m bench.long_context --lengths 2048`" in lines
+    assert f"- date: {header['date']}" in lines and f"- commit: {header['commit']}" in lines
+    assert f"nproc {header['machine']['nproc']}" in text and text.endswith("\n\n")

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.bfcl import main, select_items
+from bench.bfcl import main, select_items, server_flags
 from sglang_pask.bfcl.oracle import oracle_answer
 from sglang_pask.bfcl.prompt import build_messages
 
@@ -87,6 +87,7 @@ def test_bench_scores_writes_json_markdown_and_plot(stub_server, tmp_path, capsy
     assert config["average"] == 50.0
     assert [r["valid"] for r in config["items"]] == [True, False, True, False]
     assert config["items"][1]["error_type"] == "simple_function_checker:wrong_func_name"
+    assert record["radix_cache"] is None  # a running server: the bench does not know its setting
     assert record["commit"] and record["machine"]["nproc"] >= 1 and record["command"].startswith("python -m bench.bfcl")
     markdown = out_md.read_text()
     assert "| simple_python | 50.0 (1/2) |" in markdown and "**50.0**" in markdown
@@ -139,3 +140,12 @@ def test_an_answer_past_the_request_timeout_counts_as_incorrect_and_the_run_goes
     assert [(r["id"], r["valid"], r["output"], r["finish_reason"]) for r in timed_out] == [
         (config["items"][1]["id"], False, "", "timeout")]
     assert [r["valid"] for r in config["items"]] == [True, False, True, False]
+
+
+def test_servers_started_by_the_bench_run_without_the_radix_cache_unless_asked():
+    # Off by default: each item is compressed by its own question, whatever ran before it.
+    assert server_flags("--kv-layer-groups 4", "snapkv", 0.33, radix_cache=False) == [
+        "--kv-layer-groups", "4", "--kv-policy", "snapkv", "--kv-budget", "0.33", "--disable-radix-cache"]
+    assert "--disable-radix-cache" not in server_flags("", "pask", 0.2, radix_cache=True)
+    # Given by the user already: not repeated.
+    assert server_flags("--disable-radix-cache", "full", 1.0, radix_cache=False).count("--disable-radix-cache") == 1
