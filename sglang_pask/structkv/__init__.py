@@ -8,7 +8,8 @@ For one prompt of ``n`` tokens in a model of ``num_layers`` layers, the prefill 
    config.topk_ratio)`` (stacked into ``(m, 3)``).
 2. ``pivot = config.pivot_layer(num_layers, stats)`` (:class:`PivotConfig`).
 3. ``skeleton = select_skeleton(acc.centrality(pivot), R_struct, window)``: the positions the layers
-   after the pivot compute on (or, with ``config.restart_prefill``, every layer from 0).
+   after the pivot compute on (or, with ``config.restart_prefill``, every layer from 0). Online, a
+   pivot settled after layer ``d > pivot`` reads ``acc.centrality(d)`` (:mod:`.prefill`).
 4. Per layer, ``select_kv(S^(l), R_KV, window, positions, n)``: which of its tokens keep their KV.
 
 :class:`.prefill.PromptPruning` drives steps 1-3 online, layer by layer, as SGLang's extend pass

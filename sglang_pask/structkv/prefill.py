@@ -14,9 +14,14 @@ prompt):
   ``patience`` layers back and no sharper one came since) whose step *dominates*
   (:func:`.pivot.step_dominance` at least ``dominance``), or else at ``d = num_layers - 2`` (the
   last layer after which pruning still saves a layer), where it is the paper's ``argmax T + 1`` over
-  every layer seen in the range. The skeleton comes from ``C_(L*)``, the centrality *at the pivot*;
-  layers ``L* + 1 .. d`` already ran on the whole prompt (the price of deciding online, at most
-  ``patience`` layers when the step dominates), and pruning starts at ``d + 1``.
+  every layer seen in the range. Layers ``L* + 1 .. d`` already ran on the whole prompt (the price
+  of deciding online, at most ``patience`` layers when the step dominates), and pruning starts at
+  ``d + 1``. The skeleton comes from ``C_d``, the centrality through the decision layer: the
+  paper's ``C_(L*)`` when the decision comes right after the pivot (a fixed pivot, or offline),
+  and otherwise the same sum over the layers that already ran on everything, whose scores cost
+  nothing more. Measured on the default model's 2K NIAH prompts (pivot 11, decided after 14):
+  ``C_11`` left digits of the needle out of the skeleton and the answers lost them
+  (``47577`` for ``4757302``); ``C_14`` kept them (``bench/results/long_context_2026-11-30.md``).
 
   Why the range starts at a third of the layers: on the default model (Qwen2.5-Coder-0.5B, 24
   layers), every NIAH and variable-tracking prompt of 1K and 2K tokens has its offline pivot
@@ -28,7 +33,7 @@ prompt):
   but on synthetic prompts whose layers around the start of the range are alike it took a noise
   step there for the transition on 8 of 60; with 3, on none.)
 
-The skeleton is :func:`.skeleton.select_skeleton` of that centrality at ``R_struct`` (plus the
+The skeleton is :func:`.skeleton.select_skeleton` of that centrality (``C_d``) at ``R_struct`` (plus the
 window). The KV each layer group keeps for decode is :func:`kv_keep` at ``R_KV``, chosen by the
 group's own scores among the tokens every layer of the group computed: independent of ``R_struct``
 (a group after the pivot can keep at most the skeleton).
@@ -171,7 +176,7 @@ class PromptPruning:
         pivot = self._settled_pivot(layer)
         if pivot is None:
             return None
-        skeleton = select_skeleton(self.centrality.centrality(pivot), self.ratio, self.window)
+        skeleton = select_skeleton(self.centrality.centrality(layer), self.ratio, self.window)
         self.decision = PruneDecision(pivot, layer, skeleton, self.config.restart_prefill)
         return self.decision
 

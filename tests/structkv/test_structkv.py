@@ -313,8 +313,8 @@ def test_core_never_imports_sglang() -> None:
 
 def test_prompt_pruning_settles_a_planted_pivot_online(seed):
     """Auto pivot: on 20 planted prompts (fresh seeds) the decision finds the planted pivot, no
-    earlier than ``patience`` layers after it, with the skeleton from the centrality at the pivot
-    (deciding online from noise can settle early now and then: at most 2 of 20); a fixed pivot
+    earlier than ``patience`` layers after it, with the skeleton from the centrality through the
+    decision layer (every layer that ran on the whole prompt; deciding online from noise can settle early now and then: at most 2 of 20); a fixed pivot
     decides right after its layer."""
     from sglang_pask.structkv import PromptPruning
 
@@ -332,6 +332,8 @@ def test_prompt_pruning_settles_a_planted_pivot_online(seed):
         assert decision is not None and decision.decided_at <= num_layers - 2
         assert decision.prunes_from == decision.decided_at + 1 and not decision.restart
         assert decision.skeleton.numel() == math.floor(0.2 * n) + 8
+        assert torch.equal(decision.skeleton,
+                           select_skeleton(pruning.centrality.centrality(decision.decided_at), 0.2, 8))
         if decision.pivot == last_diffuse + 1 and decision.decided_at >= decision.pivot + 2:
             found += 1
             assert set(hubs.tolist()) <= set(decision.skeleton.tolist()), f"seed={seed + offset}"
