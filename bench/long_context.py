@@ -12,7 +12,9 @@ RULER-style tasks are generated here, offline, from a fixed seed (no download):
 Each prompt is sized with the model's tokenizer to the target length (2K, 4K, 8K tokens by default)
 in the model's chat template. For each mode this starts ``python -m sglang_pask.launch_server`` on
 the real default model (one server at a time, radix cache off so every prompt is computed in full,
-one layer group per layer so R_KV is per layer), sends the prompts one at a time, greedy, streamed,
+chunked prefill off in every mode (``--chunked-prefill-size -1``, as StructKV requires) so every
+mode prefills a prompt in one extend pass and the time ratios compare like with like, one layer
+group per layer so R_KV is per layer), sends the prompts one at a time, greedy, streamed,
 and measures accuracy and time to first token (TTFT: the prefill, one request alone on the server):
 
 * ``full``: ``--kv-policy full``;
@@ -177,7 +179,8 @@ def is_correct(item: Item, answer: str) -> bool:
 def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Namespace, log_dir: Path) -> list[Outcome]:
     from sglang_pask.server_process import ServerProcess
 
-    flags = ["--model-path", model_path, "--disable-radix-cache", "--kv-layer-groups", str(args.layer_groups),
+    flags = ["--model-path", model_path, "--disable-radix-cache", "--chunked-prefill-size", "-1",
+             "--kv-layer-groups", str(args.layer_groups),
              *server_flags(mode, args.fixed_pivot, args.gemfilter_pivot), *shlex.split(args.server_args)]
     server = ServerProcess(flags, log_dir / f"{mode}.log").wait_ready(timeout_s=900)
     outcomes = []

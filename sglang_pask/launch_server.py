@@ -36,8 +36,8 @@ CPU_DEFAULTS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
-# --mem-fraction-static on CPU under StructKV (chunked prefill off); see prepare().
-CPU_STRUCTKV_MEM_FRACTION = "0.5"
+# --mem-fraction-static on CPU with chunked prefill off (always so under StructKV); see prepare().
+CPU_UNCHUNKED_MEM_FRACTION = "0.5"
 
 
 # The default model (Qwen2.5) writes tool calls as <tool_call>{...}</tool_call>; SGLang's qwen25 parser
@@ -152,11 +152,12 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         for flag, defaults in CPU_DEFAULTS:
             if not _has_flag(sglang_argv, flag):
                 sglang_argv += list(defaults)
-        if config.structkv and not _has_flag(sglang_argv, "--mem-fraction-static"):
+        unchunked = (_flag_value(sglang_argv, "--chunked-prefill-size") or "").strip() == "-1"
+        if unchunked and not _has_flag(sglang_argv, "--mem-fraction-static"):
             # Without chunked prefill SGLang reserves activation memory for --max-prefill-tokens
             # (16K tokens x 1.5 MB by default), more than a CPU host has; the KV pool's size is
             # --max-total-tokens here anyway.
-            sglang_argv += ["--mem-fraction-static", CPU_STRUCTKV_MEM_FRACTION]
+            sglang_argv += ["--mem-fraction-static", CPU_UNCHUNKED_MEM_FRACTION]
     model_path = _flag_value(sglang_argv, "--model-path") or _flag_value(sglang_argv, "--model")
     if model_path is None:
         from sglang_pask.default_model import DefaultModelError, ensure_default_model

@@ -1,5 +1,6 @@
 """Flag handling of ``python -m sglang_pask.launch_server``: bad values exit 2 with one line, early."""
 
+import json
 import subprocess
 import sys
 import time
@@ -71,3 +72,29 @@ def test_help_lists_sglang_and_own_flags():
                  "--structkv", "--structkv-prefill-ratio", "--structkv-kv-ratio", "--structkv-pivot", "--structkv-mode"):
         assert flag in result.stdout
     assert "sglang-pask" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--chunked-prefill-size", "-1"], "0.5"),  # unchunked: SGLang would reserve 16K tokens of activations
+        (["--structkv"], "0.5"),  # StructKV turns chunked prefill off itself
+        (["--chunked-prefill-size", "-1", "--mem-fraction-static", "0.7"], "0.7"),  # the user's choice stays
+        ([], None),
+    ],
+)
+def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_model_dir, args, expected):
+    code = (
+        "import json, sys, torch\n"
+        "from sglang_pask.launch_server import _flag_value, prepare\n"
+        "if torch.cuda.is_available(): print(json.dumps('gpu')); sys.exit(0)\n"
+        "_, argv = prepare(json.loads(sys.argv[1]))\n"
+        "print(json.dumps(_flag_value(argv, '--mem-fraction-static')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(["--model-path", str(tiny_model_dir), *args])],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    if found == "gpu":
+        pytest.skip("the CPU defaults apply only without a GPU")
+    assert found == expected
