@@ -30,13 +30,27 @@ from bench.common import run_header
 from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem
 
 
+def flush_cache(url: str, wait_s: float = 60.0) -> None:
+    """Empty the server's radix cache, waiting up to ``wait_s`` for the last request to leave the
+    scheduler (SGLang refuses to flush while a request runs).
+
+    Raises
+    ------
+    RuntimeError
+        If the server still refused after ``wait_s``.
+    """
+    response = requests.post(f"{url}/flush_cache", params={"timeout": wait_s}, timeout=wait_s + 60)
+    if response.status_code != 200:
+        raise RuntimeError(f"{url}/flush_cache refused after {wait_s:g} s: {response.text.strip()}")
+
+
 def answers_after_each_other(url: str, items: Sequence[BfclItem], max_tokens: int) -> dict[str, dict[str, str]]:
     """Per target item: its answer alone (key ``""``) and right after each other item (key: that id)."""
     model = served_model(url)
     found: dict[str, dict[str, str]] = {}
     pairs = [(target, None) for target in items] + [(t, o) for t in items for o in items if o is not t]
     for target, before in tqdm(pairs, desc=url, file=sys.stderr):
-        requests.post(f"{url}/flush_cache", timeout=120).raise_for_status()
+        flush_cache(url)
         if before is not None:
             ask(url, model, before, "ebnf", max_tokens, 900)
         answer = ask(url, model, target, "ebnf", max_tokens, 900).output
