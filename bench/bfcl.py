@@ -510,8 +510,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_tokens": args.max_tokens,
         "concurrency": args.concurrency,
         # None: asked a running server (--url), whose cache setting the bench does not know.
-        "radix_cache": None if args.url is not None else "--disable-radix-cache" not in server_flags(
-            args.server_args, FULL_POLICY, 1.0, args.radix_cache),
+        "radix_cache": None if args.url is not None else (
+            args.radix_cache and "--disable-radix-cache" not in shlex.split(args.server_args)),
         "n_items": len(items),
         "configs": [
             {

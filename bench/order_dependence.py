@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import requests
 from tqdm import tqdm
 
-from bench.bfcl import ask, select_items, served_model
+from bench.bfcl import ask, select_items, served_model, server_flags
 from bench.common import run_header
 from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem
 
@@ -83,6 +82,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     header = run_header("python -m bench.order_dependence", argv)
     if len(args.items) < 2:
         parser.error("--items: give at least two items")
+    if not 0 < args.budget <= 1:
+        parser.error(f"--budget must be in (0, 1], got {args.budget:g}")
+    if args.max_tokens < 1:
+        parser.error(f"--max-tokens must be at least 1, got {args.max_tokens}")
     by_id = {item.id: item for item in select_items(AST_CATEGORIES, None, None, None)}
     unknown = [i for i in args.items if i not in by_id]
     if unknown:
@@ -93,8 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="bench-order-") as log_dir:
         for radix in (True, False):
-            flags = [*shlex.split(args.server_args), "--kv-policy", args.policy, "--kv-budget", f"{args.budget:g}",
-                     *([] if radix else ["--disable-radix-cache"])]
+            flags = server_flags(args.server_args, args.policy, args.budget, radix_cache=radix)
             server = ServerProcess(flags, Path(log_dir) / f"radix_{radix}.log").wait_ready(timeout_s=900)
             try:
                 results["on" if radix else "off"] = answers_after_each_other(server.url, items, args.max_tokens)

@@ -92,7 +92,7 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
         "print(json.dumps(_flag_value(argv, '--mem-fraction-static')))\n"
     )
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(["--model-path", str(tiny_model_dir), *args])],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     found = json.loads(proc.stdout.strip().splitlines()[-1])
     if found == "gpu":

@@ -21,7 +21,8 @@ prompt):
   and otherwise the same sum over the layers that already ran on everything, whose scores cost
   nothing more. Measured on the default model's 2K NIAH prompts (pivot 11, decided after 14):
   ``C_11`` left digits of the needle out of the skeleton and the answers lost them
-  (``47577`` for ``4757302``); ``C_14`` kept them (``bench/results/long_context_2026-11-30.md``).
+  (``47577`` for ``4757302``, ``bench/results/long_context_2026-11-30.md``); with ``C_14`` both
+  were answered (``bench/results/long_context_unchunked_2026-11-30.md``).
 
   Why the range starts at a third of the layers: on the default model (Qwen2.5-Coder-0.5B, 24
   layers), every NIAH and variable-tracking prompt of 1K and 2K tokens has its offline pivot
