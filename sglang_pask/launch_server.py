@@ -9,6 +9,8 @@ Then, where the user did not decide otherwise:
   ``qwen25`` tool-call parser so OpenAI ``tools`` requests return ``tool_calls``;
 * no GPU: the CPU engine (``SGLANG_USE_CPU_ENGINE=1``, ``--device cpu``, torch_native attention,
   CUDA graphs off, a KV pool sized for a CPU machine);
+* an attention backend that reads the layer groups' KV: torch_native or triton (the default on a
+  GPU, with CUDA graphs off); any other is refused (:func:`attention_backend_flags`);
 * the config is published in the environment for the plugin in every spawned SGLang process.
 """
 
@@ -131,6 +133,50 @@ def structkv_prefill_flags(config: PaskConfig, sglang_argv: list[str]) -> list[s
     return []
 
 
+# Attention backends whose reads go through each layer group's index lists (srt/layer_group_*.py).
+LAYER_GROUP_BACKENDS = ("torch_native", "triton")
+_BACKEND_FLAGS = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
+
+
+def attention_backend_flags(config: PaskConfig, sglang_argv: list[str], gpu: bool) -> list[str]:
+    """SGLang flags for an attention backend that reads the layer groups' KV, or a ConfigError.
+
+    Every backend flag given must name one of :data:`LAYER_GROUP_BACKENDS`; without one, the
+    backend is ``triton`` on a GPU and ``torch_native`` on a CPU. On a GPU, CUDA graphs are turned
+    off (compression runs in Python between layers and the read lists change every step). StructKV's
+    pruned prefill runs on torch_native only. On a CPU, triton runs only under Triton's interpreter
+    (``TRITON_INTERPRET=1``), which computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``.
+    """
+    used = []
+    for flag in _BACKEND_FLAGS:
+        value = _flag_value(sglang_argv, flag)
+        if value is None:
+            continue
+        if value not in LAYER_GROUP_BACKENDS:
+            raise ConfigError(
+                f"{flag}: sglang-pask reads each layer group's KV through the "
+                f"{' or '.join(LAYER_GROUP_BACKENDS)} attention backend, got {value!r}")
+        used.append(value)
+    extra: list[str] = []
+    if _flag_value(sglang_argv, "--attention-backend") is None:
+        default = "triton" if gpu else "torch_native"
+        extra += ["--attention-backend", default]
+        used.append(default)
+    if "triton" in used:
+        if config.structkv:
+            raise ConfigError("--structkv: the pruned prefill runs on the torch_native attention backend only, "
+                              "not triton (pass --attention-backend torch_native)")
+        if not gpu and os.environ.get("TRITON_INTERPRET") != "1":
+            raise ConfigError("--attention-backend triton: without a GPU it runs only under Triton's interpreter; "
+                              "set TRITON_INTERPRET=1 (slow, for tests)")
+        if not gpu and (_flag_value(sglang_argv, "--dtype") or "auto") != "float32":
+            raise ConfigError("--attention-backend triton: Triton's interpreter on a CPU computes bf16/fp16 attention "
+                              "wrongly; pass --dtype float32")
+    if gpu and not _has_flag(sglang_argv, "--disable-cuda-graph"):
+        extra.append("--disable-cuda-graph")
+    return extra
+
+
 def _gpu_available() -> bool:
     import torch
 
@@ -147,7 +193,8 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         sglang_argv += structkv_prefill_flags(config, sglang_argv)
     except ConfigError as err:
         _fail(str(err))
-    if not _gpu_available():
+    gpu = _gpu_available()
+    if not gpu:
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
         for flag, defaults in CPU_DEFAULTS:
             if not _has_flag(sglang_argv, flag):
@@ -158,6 +205,10 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
             # (16K tokens x 1.5 MB by default), more than a CPU host has; the KV pool's size is
             # --max-total-tokens here anyway.
             sglang_argv += ["--mem-fraction-static", CPU_UNCHUNKED_MEM_FRACTION]
+    try:
+        sglang_argv += attention_backend_flags(config, sglang_argv, gpu)
+    except ConfigError as err:
+        _fail(str(err))
     model_path = _flag_value(sglang_argv, "--model-path") or _flag_value(sglang_argv, "--model")
     if model_path is None:
         from sglang_pask.default_model import DefaultModelError, ensure_default_model

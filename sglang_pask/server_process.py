@@ -92,8 +92,9 @@ class ServerProcess:
         raise ServerStartError(f"server not healthy after {timeout_s:.0f} s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 30) -> str:
-        """The last ``lines`` lines of the server log."""
-        self._log.flush()
+        """The last ``lines`` lines of the server log (also after :meth:`stop`)."""
+        if not self._log.closed:
+            self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self, timeout_s: float = 30.0) -> None:

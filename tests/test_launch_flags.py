@@ -1,6 +1,7 @@
 """Flag handling of ``python -m sglang_pask.launch_server``: bad values exit 2 with one line, early."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -98,3 +99,41 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
     if found == "gpu":
         pytest.skip("the CPU defaults apply only without a GPU")
     assert found == expected
+
+
+@pytest.mark.parametrize(
+    "args, gpu, env, message",
+    [
+        (["--attention-backend", "flashinfer"], True, {}, ("--attention-backend: sglang-pask reads each layer "
+         "group's KV through the torch_native or triton attention backend, got 'flashinfer'")),
+        (["--decode-attention-backend", "fa3"], True, {}, "--decode-attention-backend: sglang-pask reads"),
+        (["--structkv"], True, {}, "--structkv: the pruned prefill runs on the torch_native attention backend only"),
+        (["--attention-backend", "triton", "--dtype", "float32"], False, {},
+         "without a GPU it runs only under Triton's interpreter; set TRITON_INTERPRET=1"),
+        (["--attention-backend", "triton"], False, {"TRITON_INTERPRET": "1"}, "pass --dtype float32"),
+    ],
+)
+def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, env, message, monkeypatch):
+    from sglang_pask.config import ConfigError
+    from sglang_pask.launch_server import attention_backend_flags, split_argv
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    config, sglang_argv = split_argv(args)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        attention_backend_flags(config, sglang_argv, gpu)
+
+
+def test_attention_backend_defaults_triton_without_cuda_graphs_on_a_gpu_torch_native_on_a_cpu(monkeypatch):
+    from sglang_pask.launch_server import attention_backend_flags, split_argv
+
+    config, sglang_argv = split_argv(["--kv-policy", "snapkv", "--kv-budget", "0.33"])
+    assert attention_backend_flags(config, sglang_argv, gpu=True) == [
+        "--attention-backend", "triton", "--disable-cuda-graph"]
+    assert attention_backend_flags(config, sglang_argv, gpu=False) == ["--attention-backend", "torch_native"]
+    config, sglang_argv = split_argv(["--attention-backend", "torch_native", "--disable-cuda-graph"])
+    assert attention_backend_flags(config, sglang_argv, gpu=True) == []
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    config, sglang_argv = split_argv(["--attention-backend", "triton", "--dtype", "float32"])
+    assert attention_backend_flags(config, sglang_argv, gpu=False) == []

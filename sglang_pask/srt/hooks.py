@@ -23,6 +23,7 @@ _INVARIANT_CHECKER = "sglang.srt.managers.scheduler_components.invariant_checker
 _METRICS_COLLECTOR = "sglang.srt.observability.metrics_collector.SchedulerMetricsCollector"
 _PREFILL_ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 _TORCH_NATIVE_BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
+_TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
 
 
 def register(config: PaskConfig) -> None:
@@ -32,6 +33,7 @@ def register(config: PaskConfig) -> None:
     from sglang_pask.srt import layer_group_runtime as groups
     from sglang_pask.srt.kv_stats import KV_STATS_KEY, PaskOutputStreamer
     from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend
+    from sglang_pask.srt.layer_group_triton import LayerGroupTritonAttnBackend
     from sglang_pask.srt.layer_group_admission import reserve_running_requests
     from sglang_pask.srt.role_grammar import RoleTrackingGrammarBackend
     from sglang_pask.srt.role_output import (
@@ -60,6 +62,7 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_REQ_TO_TOKEN_POOL + ".alloc", groups.remember_rows, HookType.AFTER)
     HookRegistry.register(_INVARIANT_CHECKER + "._check_full_pool", groups.check_full_pool, HookType.AROUND)
     HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
+    HookRegistry.register(_TRITON_BACKEND, LayerGroupTritonAttnBackend, HookType.REPLACE)
     HookRegistry.register(_PREFILL_ADDER + ".__init__", reserve_running_requests, HookType.AFTER)
     # StructKV (scheduler): the layer loop of Qwen2, Qwen3 and Llama models prunes the prefill.
     if config.structkv:

@@ -1,0 +1,176 @@
+"""What every layer-group attention backend does besides attending: read lists, scores, compression.
+
+Mixed into SGLang's attention backends (:mod:`.layer_group_attention` for torch_native,
+:mod:`.layer_group_triton` for triton), before the SGLang class. Per forward it records each
+request's row, length, cached prefix and fresh tokens and makes its view (:mod:`.kv_views`); per layer
+group it builds, once, each request's read list (the positions its view of that group keeps, with the
+group's physical slots); per layer and request it feeds the calibration probe's distortion, StructKV's
+scores and the policy's scores; after a group's last layer it compresses the group, and after the last
+group it closes the step. The attention itself stays the backend's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from sglang_pask.kernels.window_scores import sequence_window_scores
+from sglang_pask.policy.distortion import attention_distortion
+from sglang_pask.srt.kv_views import KVViewTable
+from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
+from sglang_pask.srt.structkv_pass import StructKVPass
+
+# One request's read list in one group: (positions (k,) int64, physical slots (k,) int64).
+ReadList = tuple[torch.Tensor, torch.Tensor]
+# One request in the forward: (request-pool row, length after the step, cached prefix, fresh tokens).
+BatchEntry = tuple[int, int, int, int]
+
+
+class LayerGroupReads:
+    """Per-forward bookkeeping of the layer-group views, shared by the attention backends.
+
+    The backend class calls :meth:`_init_group_reads` after SGLang's constructor, :meth:`_begin_forward`
+    after SGLang's ``init_forward_metadata``, :meth:`_observe` for each request in each layer and
+    :meth:`_end_layer` after each layer. Without a :class:`~.layer_group_pool.LayerGroupMHAKVPool`
+    (e.g. a draft model) ``grouped`` is False and the backend is stock SGLang.
+    """
+
+    token_to_kv_pool: Any
+    req_to_token_pool: Any
+
+    def _init_group_reads(self) -> None:
+        pool = self.token_to_kv_pool
+        self.grouped = isinstance(pool, LayerGroupMHAKVPool) and getattr(pool, "views", None) is not None
+        self.views: Optional[KVViewTable] = pool.views if self.grouped else None
+        self._reads: dict[int, list[ReadList]] = {}
+        self._batch: list[BatchEntry] = []
+
+    def _begin_forward(self, forward_batch: Any) -> None:
+        """Record the forward's requests in batch order and make sure each has its view."""
+        self._reads = {}
+        rows = forward_batch.req_pool_indices.tolist()
+        seq_lens = forward_batch.seq_lens_cpu.tolist() if forward_batch.seq_lens_cpu is not None \
+            else forward_batch.seq_lens.tolist()
+        if forward_batch.forward_mode.is_decode():
+            extend_lens = [1] * len(rows)
+        else:
+            extend_lens = list(forward_batch.extend_seq_lens_cpu or [])
+        self._batch = [(row, n, n - e, e) for row, n, e in zip(rows, seq_lens, extend_lens)]
+        assert self.views is not None
+        for row, _, prefix_len, _ in self._batch:
+            self.views.view(row, prefix_len)
+
+    def _layer_group(self, layer: Any) -> int:
+        pool: LayerGroupMHAKVPool = self.token_to_kv_pool
+        return pool.layer_group[layer.layer_id - pool.start_layer]
+
+    def _read_lists(self, group: int) -> list[ReadList]:
+        """Each request's positions (ascending) and physical slots in ``group``, built once per
+        forward; positions the pool no longer holds (dropped before they reached the prefix cache)
+        are left out."""
+        found = self._reads.get(group)
+        if found is not None:
+            return found
+        assert self.views is not None
+        pool: LayerGroupMHAKVPool = self.token_to_kv_pool
+        req_to_token = self.req_to_token_pool.req_to_token
+        lists = []
+        for row, seq_len, _, _ in self._batch:
+            positions = self.views.views[row].groups[group].positions(seq_len, req_to_token.device)
+            physical = pool.physical(group, req_to_token[row, positions])
+            present = physical > 0
+            if not bool(present.all()):
+                positions, physical = positions[present], physical[present]
+            lists.append((positions, physical))
+        self._reads[group] = lists
+        return lists
+
+    def _scores_needed(self, prune: Optional[StructKVPass]) -> bool:
+        """Whether the policy's scores must be computed in this forward."""
+        assert self.views is not None
+        return self.views.needs_scores and (prune is None or prune.feeds_policy_scores())
+
+    def _probe_wants_distortion(self, row: int, is_extend: bool) -> bool:
+        assert self.views is not None
+        probe = self.views.views[row].probe
+        return is_extend and probe is not None and probe.distortion_budget is not None
+
+    def _observe(self, index: int, group: int, layer: Any, query: torch.Tensor, keys: torch.Tensor,
+                 values: torch.Tensor, positions: torch.Tensor, is_extend: bool,
+                 prune: Optional[StructKVPass], score: bool) -> None:
+        """Feed one request's step in one layer to the probe, the StructKV pass and the policy.
+
+        Parameters
+        ----------
+        index : int
+            The request's place in the batch.
+        query : Tensor
+            ``(q_heads, new, head_dim)``: the request's queries of the step, in the backend's dtype.
+        keys, values : Tensor
+            ``(kv_heads, k, head_dim)``: what the request read in this layer, in ``positions`` order.
+        positions : Tensor
+            ``(k,)`` int64 positions of ``keys``.
+        score : bool
+            Whether the policy's scores are computed (:meth:`_scores_needed`).
+        """
+        assert self.views is not None
+        row = self._batch[index][0]
+        new = query.shape[1]
+        if self._probe_wants_distortion(row, is_extend):
+            probe = self.views.views[row].probe
+            window_q = query[:, max(0, new - self.views.score_window):, :].movedim(0, 1)
+            self.views.add_distortion(row, group, attention_distortion(
+                window_q, keys.movedim(0, 1), values.movedim(0, 1), layer.scaling, probe.distortion_budget,
+                self.views.window,
+            ))
+        if prune is not None:
+            scored = min(new, prune.settings.window)
+            window_q = query[:, new - scored:, :].movedim(0, 1).float()
+            per_head = sequence_window_scores(window_q, keys.movedim(0, 1).float(), layer.scaling)
+            prune.add_scores(index, layer.layer_id, positions, per_head.sum(dim=0))
+        if score:
+            scored = self.views.score_queries(new)
+            window_q = query[:, new - scored:, :].movedim(0, 1).float()
+            per_head = sequence_window_scores(window_q, keys.movedim(0, 1).float(), layer.scaling)
+            self.views.add_scores(row, group, positions, per_head.sum(dim=0), scored)
+
+    def _end_layer(self, layer: Any, is_extend: bool, prune: Optional[StructKVPass]) -> None:
+        """After a layer: under StructKV, after the model's last layer, apply the pass's keep sets;
+        otherwise, after a group's last layer, compress that group."""
+        pool: LayerGroupMHAKVPool = self.token_to_kv_pool
+        if prune is not None:
+            if layer.layer_id == len(pool.layer_group) - 1:
+                self._finish_structkv(prune)
+        elif layer.layer_id == pool.layout.last_layers()[self._layer_group(layer)]:
+            self._finish_group(self._layer_group(layer), is_extend)
+
+    def _finish_structkv(self, prune: StructKVPass) -> None:
+        """After the model's last layer under StructKV: every group keeps what the pass chooses of
+        each request's fresh tokens; then the step closes."""
+        assert self.views is not None
+        pool: LayerGroupMHAKVPool = self.token_to_kv_pool
+        for group, layers in enumerate(pool.layout.ranges):
+            for index, (row, seq_len, _, _) in enumerate(self._batch):
+                self.views.keep_only(row, group, seq_len, prune.kv_keep(index, group, layers))
+        for index, (row, seq_len, _, _) in enumerate(self._batch):
+            self.views.views[row].prefill = prune.report(index)
+            self.views.finish_step(row, seq_len, True)
+
+    def _finish_group(self, group: int, is_extend: bool) -> None:
+        """After a group's last layer: compress it per request; after the last group, close the step."""
+        assert self.views is not None
+        last = group == len(self.views.group_budgets) - 1
+        for row, seq_len, _, _ in self._batch:
+            self.views.finish_group(row, group, seq_len, is_extend)
+            if last:
+                self.views.finish_step(row, seq_len, is_extend)
+
+
+def refuse_unsupported_layer(layer: Any) -> None:
+    """Layer groups support causal full-attention decoder layers only; anything else is an error."""
+    if layer.is_cross_attention or (layer.sliding_window_size is not None and layer.sliding_window_size > -1):
+        raise NotImplementedError(
+            "sglang-pask layer groups support causal full-attention decoder layers only "
+            f"(layer {layer.layer_id} is cross-attention or sliding-window)"
+        )

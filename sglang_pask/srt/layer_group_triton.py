@@ -1,0 +1,150 @@
+"""SGLang's triton attention backend reading each layer group's own index lists.
+
+Registered in place of ``TritonAttnBackend`` (a class REPLACE hook). SGLang's triton kernels already
+take the KV they read as index lists (``kv_indptr``, ``kv_indices``: per request, the slots of its
+cached prefix in an extend, of its whole sequence in a decode); stock SGLang fills them from
+``req_to_token``. Here, per forward and per layer group, they are the group's read lists
+(:class:`~.layer_group_reads.LayerGroupReads`): the positions the request's view of that group keeps,
+as the group's physical slots, so a layer's kernel reads only what its group kept. Writes go through
+the pool, which translates the virtual ``out_cache_loc`` to the group's slots. Everything else is
+SGLang's own code and kernels (extend and decode, split-KV decode, lean decode), run on the group's
+metadata. The policy's scores and the calibration probe's distortion come from the keys each request
+read, gathered after the kernel (:meth:`~.layer_group_reads.LayerGroupReads._observe`), as in the
+torch_native backend. With nothing dropped (budget 1.0) the lists are stock SGLang's slots in
+position order, so the kernels compute exactly what they compute in stock SGLang.
+
+Not supported, refused with an error when the backend is built or at the first such forward:
+CUDA graphs (the launcher turns them off: compression runs in Python between layers and the lists
+change length every step), StructKV's pruned prefill, deterministic inference (its unified kernel
+addresses the fresh tokens by their virtual ids), decode context parallelism, MLA, diffusion LLM
+attention, speculative decoding, pages larger than one token, and sliding-window layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+import torch
+from sglang.srt.layers.attention.triton_backend import (
+    ForwardMetadata,
+    TritonAttnBackend,
+)
+
+from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
+from sglang_pask.srt.layer_group_reads import LayerGroupReads, refuse_unsupported_layer
+from sglang_pask.srt.structkv_pass import PASS_ATTRIBUTE
+
+
+class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
+    """triton attention over per-layer-group views of each request's KV."""
+
+    def __init__(self, model_runner: Any, *args: Any, **kwargs: Any):
+        super().__init__(model_runner, *args, **kwargs)
+        self._init_group_reads()
+        if self.grouped:
+            _refuse_unsupported_backend(self)
+        self._stock_metadata: Optional[ForwardMetadata] = None
+        self._group_metadata: dict[int, ForwardMetadata] = {}
+
+    def init_forward_metadata(self, forward_batch: Any) -> None:
+        super().init_forward_metadata(forward_batch)
+        if not self.grouped:
+            return
+        mode = forward_batch.forward_mode
+        if not (mode.is_decode() or mode.is_context_parallel_extend()):  # decode, extend, mixed
+            raise NotImplementedError(
+                f"sglang-pask layer groups on the triton backend serve extend and decode batches only, not {mode}")
+        if getattr(forward_batch, PASS_ATTRIBUTE, None) is not None:
+            raise NotImplementedError("StructKV's pruned prefill runs on the torch_native attention backend only")
+        self._begin_forward(forward_batch)
+        self._stock_metadata = self.forward_metadata
+        self._group_metadata = {}
+
+    def _metadata_of_group(self, group: int, is_extend: bool) -> ForwardMetadata:
+        """SGLang's metadata of this forward with ``kv_indptr`` ``(batch + 1,)`` int32 and
+        ``kv_indices`` ``(total,)`` int64 replaced by the group's read lists (an extend reads only
+        the cached prefix from the pool: the kernel takes the fresh tokens' K/V as they are computed)."""
+        found = self._group_metadata.get(group)
+        if found is not None:
+            return found
+        stock = self._stock_metadata
+        assert stock is not None
+        slots = []
+        for (_, _, prefix_len, _), (positions, physical) in zip(self._batch, self._read_lists(group)):
+            slots.append(physical[positions < prefix_len] if is_extend else physical)
+        lengths = torch.tensor([s.numel() for s in slots], dtype=torch.int32, device=stock.kv_indptr.device)
+        kv_indptr = torch.zeros(len(slots) + 1, dtype=torch.int32, device=lengths.device)
+        kv_indptr[1:] = lengths.cumsum(0)
+        kv_indices = torch.cat(slots).to(torch.int64) if slots else stock.kv_indices[:0]
+        found = dataclasses.replace(stock, kv_indptr=kv_indptr, kv_indices=kv_indices)
+        self._group_metadata[group] = found
+        return found
+
+    def forward_extend(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):  # noqa: D102 (SGLang's API)
+        if not self.grouped:
+            return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+        return self._forward(q, k, v, layer, forward_batch, save_kv_cache, True, kwargs)
+
+    def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs):  # noqa: D102 (SGLang's API)
+        if not self.grouped:
+            return super().forward_decode(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+        return self._forward(q, k, v, layer, forward_batch, save_kv_cache, False, kwargs)
+
+    def _forward(self, q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor], layer: Any,
+                 forward_batch: Any, save_kv_cache: bool, is_extend: bool, kwargs: dict) -> torch.Tensor:
+        """SGLang's kernel on the layer's group metadata, then scores and compression.
+
+        ``q``: ``(tokens, q_heads * head_dim)``; returns ``(tokens, q_heads * v_head_dim)``.
+        """
+        refuse_unsupported_layer(layer)
+        if k is None or v is None:
+            raise NotImplementedError(
+                "sglang-pask layer groups need the layer's fresh K/V in the attention call "
+                f"(layer {layer.layer_id} passed none)")
+        group = self._layer_group(layer)
+        self.forward_metadata = self._metadata_of_group(group, is_extend)
+        try:
+            # super(): SGLang's class, even where the hook made its module name point at this one.
+            run = super().forward_extend if is_extend else super().forward_decode
+            output = run(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
+        finally:
+            assert self._stock_metadata is not None
+            self.forward_metadata = self._stock_metadata
+        score = self._scores_needed(None)
+        observed = score or any(self._probe_wants_distortion(row, is_extend) for row, _, _, _ in self._batch)
+        if observed:
+            self._observe_layer(q, layer, group, is_extend, score)
+        self._end_layer(layer, is_extend, None)
+        return output
+
+    def _observe_layer(self, q: torch.Tensor, layer: Any, group: int, is_extend: bool, score: bool) -> None:
+        """Gather what each request read in this layer (its group's read list, the fresh tokens
+        included, all written by now) and feed it to the probe and the policy."""
+        pool: LayerGroupMHAKVPool = self.token_to_kv_pool  # type: ignore[assignment]
+        k_cache = pool.get_key_buffer(layer.layer_id)
+        v_cache = pool.get_value_buffer(layer.layer_id)
+        queries = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim).movedim(0, 1)
+        start = 0
+        for index, ((_, _, _, new), (positions, physical)) in enumerate(zip(self._batch, self._read_lists(group))):
+            query = queries[:, start:start + new, :]
+            keys = k_cache[physical].movedim(0, 1).to(query.dtype)
+            values = v_cache[physical].movedim(0, 1).to(query.dtype)
+            self._observe(index, group, layer, query, keys, values, positions, is_extend, None, score)
+            start += new
+
+
+def _refuse_unsupported_backend(backend: TritonAttnBackend) -> None:
+    """Modes of SGLang's triton backend whose reads do not go through the per-request index lists."""
+    unsupported = {
+        "deterministic inference": backend.enable_deterministic,
+        "decode context parallelism": backend.dcp_size > 1,
+        "MLA": backend.use_mla,
+        "diffusion LLM attention": backend.dllm_attention is not None,
+        "sliding-window attention": backend.sliding_window_size is not None and backend.sliding_window_size > 0,
+        f"page size {backend.page_size}": backend.page_size != 1,
+    }
+    found = [name for name, present in unsupported.items() if present]
+    if found:
+        raise NotImplementedError(
+            f"sglang-pask layer groups on the triton attention backend do not support {', '.join(found)}")

@@ -1,0 +1,115 @@
+"""The layer-group pool on SGLang's triton attention backend, in real servers on the CPU.
+
+Without a GPU, SGLang's triton kernels run under Triton's interpreter (``TRITON_INTERPRET=1``), which
+computes bf16 attention wrongly on a CPU, so every server here runs the tiny model in float32 (the
+launcher refuses triton on a CPU otherwise). Checked, with greedy decoding:
+
+* budget 1.0 (policy ``full``): sglang-pask's triton backend gives stock SGLang's triton outputs;
+* pyramidkv at budget 0.33 (groups of different sizes, scores from the last-window queries): the
+  triton backend keeps the same tokens and gives the same outputs as the torch_native backend, whose
+  reads are tested against masked reference attention in ``test_layer_group_kv.py``;
+* every group's allocator is back where it started afterwards, and nothing raised.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+from test_layer_group_server import (
+    SYSTEM,
+    WORDS,
+    generate,
+    pool_usage,
+    wait_idle_and_flush,
+)
+
+from sglang_pask.config import CONFIG_ENV
+from sglang_pask.launch_server import CPU_DEFAULTS
+from sglang_pask.server_process import ServerProcess
+
+pytestmark = pytest.mark.server
+
+INTERPRETER = {"TRITON_INTERPRET": "1"}
+FLOAT32 = ["--dtype", "float32", "--constrained-json-disable-any-whitespace"]
+GROUPS = ["--kv-layer-groups", "0-0,1-1", "--kv-window", "4"]
+PYRAMID = ["--kv-policy", "pyramidkv", "--kv-budget", "0.33", "--chunked-prefill-size", "256", *GROUPS]
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+          "required": ["city", "days"]}
+
+
+@pytest.fixture(scope="module")
+def servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ServerProcess]]:
+    """Four servers, started one after the other (SGLang picks its internal ports at start-up):
+    stock SGLang on triton, and sglang-pask with ``full`` on triton and with pyramidkv on triton and
+    on torch_native."""
+    logs = tmp_path_factory.mktemp("triton-logs")
+    model = ["--model-path", str(tiny_model_dir), *FLOAT32]
+    stock_cpu = [arg for flag, flags in CPU_DEFAULTS if flag != "--attention-backend" for arg in flags]
+    plans = {
+        "stock-triton": {"args": [*model, *stock_cpu, "--attention-backend", "triton"],
+                         "env": {"SGLANG_USE_CPU_ENGINE": "1", CONFIG_ENV: None, **INTERPRETER},
+                         "module": "sglang.launch_server"},
+        "full-triton": {"args": [*model, "--attention-backend", "triton", "--kv-policy", "full", *GROUPS],
+                        "env": INTERPRETER},
+        "pyramid-triton": {"args": [*model, "--attention-backend", "triton", *PYRAMID], "env": INTERPRETER},
+        "pyramid-torch": {"args": [*model, *PYRAMID]},
+    }
+    started: dict[str, ServerProcess] = {}
+    try:
+        for name, plan in plans.items():
+            started[name] = ServerProcess(plan.pop("args"), logs / f"{name}.log", **plan)
+            started[name].wait_ready(timeout_s=300)
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def requests_to_compare() -> list[tuple[str, dict]]:
+    """(prompt, sampling parameters): plain, shared system prompt, JSON schema, regex."""
+    long_text = " ".join(WORDS * 4)
+    return [
+        ("The weather in Paris is", {"max_new_tokens": 24}),
+        (SYSTEM + "Question: " + long_text, {"max_new_tokens": 24}),
+        (SYSTEM + "Forecast for: " + long_text, {"max_new_tokens": 32, "json_schema": json.dumps(SCHEMA)}),
+        (long_text + " Answer:", {"max_new_tokens": 16, "regex": "(yes|no)[0-9]{2}"}),
+    ]
+
+
+def answers(server: ServerProcess) -> list[tuple[list[int], dict]]:
+    results = [generate(server, text, timeout=300, **params) for text, params in requests_to_compare()]
+    return [(r["output_ids"], r["meta_info"]["kv_stats"]) for r in results]
+
+
+def test_budget_one_on_triton_gives_stock_sglang_triton_outputs(servers):
+    stock = [generate(servers["stock-triton"], text, timeout=300, **params)["output_ids"]
+             for text, params in requests_to_compare()]
+    ours = answers(servers["full-triton"])
+    assert [ids for ids, _ in ours] == stock
+    assert all(len(ids) > 0 for ids in stock)
+    for ids, stats in ours:
+        assert stats["kept_tokens"] == [stats["full_tokens"]] * 2
+
+
+def test_compressed_triton_keeps_and_answers_as_torch_native(servers):
+    triton = answers(servers["pyramid-triton"])
+    torch_native = answers(servers["pyramid-torch"])
+    assert triton == torch_native
+    for _, stats in triton:
+        assert stats["policy"] == "pyramidkv"
+    # The long prompts were compressed, differently per group (pyramid budgets).
+    assert any(stats["kept_tokens"][0] > stats["kept_tokens"][1] for _, stats in triton)
+    assert any(max(stats["kept_tokens"]) < stats["full_tokens"] for _, stats in triton)
+
+
+def test_triton_servers_free_every_slot_and_never_raise(servers):
+    for name in ("full-triton", "pyramid-triton"):
+        server = servers[name]
+        generate(server, SYSTEM + " ".join(WORDS), timeout=300, max_new_tokens=12)
+        wait_idle_and_flush(server)
+        usage = pool_usage(server)
+        assert usage["tokens_in_use"] == 0 and [g["slots_in_use"] for g in usage["groups"]] == [0, 0]
+        assert "Traceback" not in server.log_path.read_text(), server.log_tail(60)
