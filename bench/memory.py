@@ -147,7 +147,7 @@ def plot(rows: Sequence[ConfigMemory], path: str) -> None:
     ):
         axis.bar(labels, values)
         axis.set_title(title)
-        axis.tick_params(axis="x", labelsize=7)
+        axis.tick_params(axis="x", labelsize=7, labelrotation=60)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
