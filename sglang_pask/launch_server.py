@@ -166,6 +166,12 @@ def attention_backend_flags(config: PaskConfig, sglang_argv: list[str], gpu: boo
         if config.structkv:
             raise ConfigError("--structkv: the pruned prefill runs on the torch_native attention backend only, "
                               "not triton (pass --attention-backend torch_native)")
+        if _has_flag(sglang_argv, "--enable-deterministic-inference"):
+            raise ConfigError("--enable-deterministic-inference: SGLang's deterministic triton kernel reads the fresh "
+                              "tokens by their virtual ids, not the layer groups' slots (use torch_native)")
+        page_size = (_flag_value(sglang_argv, "--page-size") or "1").strip()
+        if page_size != "1":
+            raise ConfigError(f"--page-size: layer groups on the triton backend read one-token pages only, got {page_size}")
         if not gpu and os.environ.get("TRITON_INTERPRET") != "1":
             raise ConfigError("--attention-backend triton: without a GPU it runs only under Triton's interpreter; "
                               "set TRITON_INTERPRET=1 (slow, for tests)")

@@ -111,6 +111,8 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
         (["--attention-backend", "triton", "--dtype", "float32"], False, {},
          "without a GPU it runs only under Triton's interpreter; set TRITON_INTERPRET=1"),
         (["--attention-backend", "triton"], False, {"TRITON_INTERPRET": "1"}, "pass --dtype float32"),
+        (["--enable-deterministic-inference"], True, {}, "--enable-deterministic-inference: SGLang's deterministic"),
+        (["--page-size", "16"], True, {}, "--page-size: layer groups on the triton backend read one-token pages only, got 16"),
     ],
 )
 def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, env, message, monkeypatch):
