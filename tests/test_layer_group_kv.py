@@ -293,10 +293,13 @@ def test_admission_counts_what_evicting_the_cache_frees_per_group():
     allocator.drop(1, cached[: SLOTS // 2])
     assert allocator.available_size() == 6  # group 0 is the fullest
     free_ids = allocator.virtual_available_size()
-    assert allocator.allocatable_after_eviction(cached, cached.numel(), 0) == (
+    assert allocator.allocatable_after_eviction(cached) == (
         free_ids + cached.numel(), [6 + (SLOTS - 6), (SLOTS // 2 + 6) + (SLOTS - 6 - SLOTS // 2)])
-    ids, groups = allocator.allocatable_after_eviction(cached, cached.numel() - 10, 10)
-    assert min(ids, *groups) == SLOTS - 10
+    # Only the unlocked ids count: 10 locked ones that group 1 dropped free nothing there.
+    ids, groups = allocator.allocatable_after_eviction(cached[10:])
+    assert (ids, groups) == (free_ids + cached.numel() - 10, [SLOTS - 10, SLOTS])
+
+
 def test_pask_floors_protect_their_role_in_their_group_only():
     floors = [0.0] * len(Role)
     floors[Role.SCHEMA_PARAM_NAME] = 1.0
@@ -490,6 +493,39 @@ def test_admission_counts_every_group_and_what_it_admits_runs(group_slots):
     # Each request holds 30 + 4 slots in group 0 and 6 + 4 in group 1, and a new one needs 61 + 4 in
     # each: sized groups (362, 149) serve 9 at once, equal groups (256, 256) 6.
     assert served == (9 if group_slots else 6)
+
+
+def test_a_prompt_longer_than_a_chunk_is_charged_its_peak_in_each_group_and_its_passes_fit():
+    window, slack, chunk, prompt_len, new_tokens = 4, 2, 32, 120, 4
+    pool, allocator, _ = make_grouped(budgets=UNEQUAL_BUDGETS, group_slots=UNEQUAL_SLOTS)
+    allocator.growth_overhead, allocator.prefill_chunk = window + slack, chunk
+    # One pass or less: the whole prompt; longer: b_g of it + (ceil(n / c) + 1) overheads + one chunk.
+    assert allocator.prompt_peak(1, chunk) == chunk
+    assert allocator.prompt_peak(0, prompt_len) == prompt_len  # 60 + 5 * 6 + 32 > 120
+    assert allocator.prompt_peak(1, prompt_len) == pytest.approx(12 + 5 * 6 + 32)
+    # Other requests hold 49 slots of the least-kept group: 100 are free there, fewer than the
+    # prompt but more than its peak.
+    others = allocator.alloc(49)
+    allocator.drop(0, others)
+    budget = LayerGroupPrefillBudget(allocator, None)
+    fits, limit = budget.check_prefill(extend_input_len=prompt_len, total_tokens=prompt_len + 1 + new_tokens,
+                                       max_new_tokens=new_tokens, input_tokens=prompt_len,
+                                       swa_host_hit_length=0, chunk_limit=chunk)
+    assert fits and limit == chunk
+    budget.reserve(chunk, 0)  # SGLang reserves a chunked request's first pass, without decode
+    # Its peak (the prompt with SGLang's page token) and decode, not just the pass.
+    assert budget.group_offsets[1] == pytest.approx(allocator.prompt_peak(1, prompt_len + 1) + new_tokens)
+    # Prefill it as the views do: each pass written to every group, then compressed to capacity.
+    peak_used, written = 0, 0
+    while written < prompt_len:
+        size = min(chunk, prompt_len - written)
+        ids = allocator.alloc(size)
+        assert ids is not None, "an admitted prompt's pass could not be written"
+        peak_used = max(peak_used, allocator.group_used_slots(1) - 49)
+        for group, group_budget in enumerate(UNEQUAL_BUDGETS):
+            allocator.drop(group, ids[:size - capacity(group_budget, size, window)])
+        written += size
+    assert peak_used <= allocator.prompt_peak(1, prompt_len)
 
 
 def test_decode_growth_follows_each_groups_budget():

@@ -198,10 +198,14 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
     growth_overhead : int
         Fixed slots a request's decode may hold above ``b_g`` of its tokens in a group (window,
         reserved tokens, compression slack).
+    prefill_chunk : int, optional
+        The most tokens one prefill pass writes (``--chunked-prefill-size``); None when chunked
+        prefill is off.
     """
 
     def __init__(self, pool: LayerGroupMHAKVPool, dtype: torch.dtype, device: str, need_sort: bool,
-                 budgets: Optional[Sequence[float]] = None, growth_overhead: int = 0):
+                 budgets: Optional[Sequence[float]] = None, growth_overhead: int = 0,
+                 prefill_chunk: Optional[int] = None):
         layout = pool.layout
         budgets = [1.0] * layout.num_groups if budgets is None else list(budgets)
         if len(budgets) != layout.num_groups:
@@ -209,6 +213,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         self.pool = pool
         self.budgets = budgets
         self.growth_overhead = growth_overhead
+        self.prefill_chunk = prefill_chunk
         self.peak_group_used = [0] * layout.num_groups
         self.group_allocators = [
             TokenToKVPoolAllocator(slots, dtype, device, pool, need_sort=False) for slots in layout.group_slots
@@ -230,6 +235,22 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         """
         return min(new_tokens, self.budgets[group] * new_tokens + self.growth_overhead)
 
+    def prompt_peak(self, group: int, prompt_tokens: int) -> float:
+        """The most slots a prompt of ``prompt_tokens`` new tokens holds in ``group`` while it is
+        prefilled.
+
+        A pass writes its tokens to every group and each group then compresses them to about
+        ``b_g`` of them plus the fixed overhead. Passes are at most the prefill chunk ``c`` (the first
+        may be shorter), so there are at most ``ceil(n / c) + 1`` of them. The peak is the earlier
+        passes' kept tokens plus the last pass written in full:
+        ``min(n, b_g * n + (ceil(n / c) + 1) * overhead + c)``; ``n`` without chunked prefill.
+        """
+        chunk = self.prefill_chunk
+        if chunk is None or prompt_tokens <= chunk:
+            return prompt_tokens
+        passes = -(-prompt_tokens // chunk) + 1
+        return min(prompt_tokens, self.budgets[group] * prompt_tokens + passes * self.growth_overhead + chunk)
+
     def create_prefill_budget(self, tree_cache: Any, *, num_mixed_decode_tokens: int = 0) -> PrefillBudget:
         from sglang_pask.srt.layer_group_admission import LayerGroupPrefillBudget
 
@@ -242,32 +263,24 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         """Free virtual ids (for the scheduler's conservation check)."""
         return super().available_size()
 
-    def allocatable_after_eviction(self, cached: torch.Tensor, cached_evictable: int,
-                                   protected: int) -> tuple[int, list[int]]:
+    def allocatable_after_eviction(self, evictable: torch.Tensor) -> tuple[int, list[int]]:
         """What could be allocated once the unlocked part of the prefix cache is evicted.
-
-        For ids, the free ids plus the evictable tokens; per group, the free slots plus what the
-        cache's evictable tokens hold there, which is at least the slots the cache holds in that
-        group minus one per protected (locked) token: lower bounds.
 
         Parameters
         ----------
-        cached : torch.Tensor
-            ``(n,)`` int virtual ids the prefix cache holds.
-        cached_evictable : int
-            How many of them are evictable.
-        protected : int
-            How many of them are locked by running requests.
+        evictable : torch.Tensor
+            ``(n,)`` int virtual ids of the prefix cache's unlocked (evictable) tokens.
 
         Returns
         -------
         tuple[int, list[int]]
-            Ids, and ``(num_groups,)`` slots per group.
+            The free ids plus ``n``, and ``(num_groups,)`` per group the free slots plus the slots
+            those ids hold there (a group holds a slot for only the tokens it kept).
         """
-        held = (self.pool.group_loc[:, cached.long()] > 0).sum(dim=1).tolist() if cached.numel() else \
+        held = (self.pool.group_loc[:, evictable.long()] > 0).sum(dim=1).tolist() if evictable.numel() else \
             [0] * len(self.group_allocators)
-        per_group = [a.available_size() + max(0, h - protected) for a, h in zip(self.group_allocators, held)]
-        return self.virtual_available_size() + cached_evictable, per_group
+        per_group = [a.available_size() + h for a, h in zip(self.group_allocators, held)]
+        return self.virtual_available_size() + int(evictable.numel()), per_group
 
     def group_used_slots(self, group: int) -> int:
         """Physical slots of ``group`` in use."""

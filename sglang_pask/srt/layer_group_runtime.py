@@ -172,6 +172,7 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
         state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False, budgets=state.budgets,
         growth_overhead=0 if min(state.budgets) >= 1.0
         else state.config.kv_window + state.policy.reserved_tokens + slack,
+        prefill_chunk=_prefill_chunk(),
     )
     req_to_token = req_to_token_pool.req_to_token
 
