@@ -35,6 +35,10 @@ CPU_DEFAULTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # SGLang sizes the KV pool as a fraction of "device memory"; on CPU that is host RAM, and its
     # default would take most of it. 2**17 token slots are ~1.5 GiB for the default model.
     ("--max-total-tokens", ("--max-total-tokens", "131072")),
+    # An idle SGLang scheduler polls its sockets in a busy loop: on the CPU engine that kept both
+    # cores of a 2-core machine at 199% with no request in flight (measured with `top`), slowing
+    # everything else on the host, other servers included. It then waits on the sockets instead.
+    ("--sleep-on-idle", ("--sleep-on-idle",)),
 )
 
 

@@ -75,6 +75,24 @@ def test_help_lists_sglang_and_own_flags():
     assert "sglang-pask" in result.stdout
 
 
+def test_cpu_defaults_make_an_idle_scheduler_wait_instead_of_spinning(tiny_model_dir):
+    code = (
+        "import json, sys, torch\n"
+        "from sglang_pask.launch_server import prepare\n"
+        "if torch.cuda.is_available(): print(json.dumps('gpu')); sys.exit(0)\n"
+        "_, argv = prepare(json.loads(sys.argv[1]))\n"
+        "print(json.dumps(argv.count('--sleep-on-idle')))\n"
+    )
+    for given in ([], ["--sleep-on-idle"]):
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(["--model-path", str(tiny_model_dir), *given])],
+                              capture_output=True, text=True, timeout=120, check=False)
+        assert proc.returncode == 0, proc.stderr
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+        if found == "gpu":
+            pytest.skip("the CPU defaults apply only without a GPU")
+        assert found == 1  # added once, not twice when the user gave it
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
