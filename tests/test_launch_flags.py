@@ -75,22 +75,29 @@ def test_help_lists_sglang_and_own_flags():
     assert "sglang-pask" in result.stdout
 
 
-def test_cpu_defaults_make_an_idle_scheduler_wait_instead_of_spinning(tiny_model_dir):
+def cpu_prepared_argv(model_dir, args: list[str]) -> list[str]:
+    """The SGLang argv the launcher's ``prepare`` builds for ``args`` on a CPU, in a fresh process
+    (skips the test on a GPU machine, where the CPU defaults do not apply)."""
     code = (
         "import json, sys, torch\n"
         "from sglang_pask.launch_server import prepare\n"
         "if torch.cuda.is_available(): print(json.dumps('gpu')); sys.exit(0)\n"
         "_, argv = prepare(json.loads(sys.argv[1]))\n"
-        "print(json.dumps(argv.count('--sleep-on-idle')))\n"
+        "print(json.dumps(argv))\n"
     )
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(["--model-path", str(model_dir), *args])],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(proc.stdout.strip().splitlines()[-1])
+    if argv == "gpu":
+        pytest.skip("the CPU defaults apply only without a GPU")
+    return argv
+
+
+def test_cpu_defaults_make_an_idle_scheduler_wait_instead_of_spinning(tiny_model_dir):
     for given in ([], ["--sleep-on-idle"]):
-        proc = subprocess.run([sys.executable, "-c", code, json.dumps(["--model-path", str(tiny_model_dir), *given])],
-                              capture_output=True, text=True, timeout=120, check=False)
-        assert proc.returncode == 0, proc.stderr
-        found = json.loads(proc.stdout.strip().splitlines()[-1])
-        if found == "gpu":
-            pytest.skip("the CPU defaults apply only without a GPU")
-        assert found == 1  # added once, not twice when the user gave it
+        # Added once, not twice when the user gave it.
+        assert cpu_prepared_argv(tiny_model_dir, given).count("--sleep-on-idle") == 1
 
 
 @pytest.mark.parametrize(
@@ -103,20 +110,9 @@ def test_cpu_defaults_make_an_idle_scheduler_wait_instead_of_spinning(tiny_model
     ],
 )
 def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_model_dir, args, expected):
-    code = (
-        "import json, sys, torch\n"
-        "from sglang_pask.launch_server import _flag_value, prepare\n"
-        "if torch.cuda.is_available(): print(json.dumps('gpu')); sys.exit(0)\n"
-        "_, argv = prepare(json.loads(sys.argv[1]))\n"
-        "print(json.dumps(_flag_value(argv, '--mem-fraction-static')))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(["--model-path", str(tiny_model_dir), *args])],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 0, proc.stderr
-    found = json.loads(proc.stdout.strip().splitlines()[-1])
-    if found == "gpu":
-        pytest.skip("the CPU defaults apply only without a GPU")
-    assert found == expected
+    from sglang_pask.launch_server import _flag_value
+
+    assert _flag_value(cpu_prepared_argv(tiny_model_dir, args), "--mem-fraction-static") == expected
 
 
 @pytest.mark.parametrize(
