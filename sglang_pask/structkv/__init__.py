@@ -29,10 +29,11 @@ from .pivot import (
     topk_count,
     transition_scores,
 )
-from .prefill import DEFAULT_PATIENCE, PromptPruning, PruneDecision, kv_keep
+from .prefill import DEFAULT_DOMINANCE, DEFAULT_PATIENCE, PromptPruning, PruneDecision, kv_keep, settled_auto_pivot
 from .skeleton import select_kv, select_skeleton, top_count
 
 __all__ = [
+    "DEFAULT_DOMINANCE",
     "DEFAULT_PATIENCE",
     "DEFAULT_WEIGHTS",
     "CentralityAccumulator",
@@ -45,6 +46,7 @@ __all__ = [
     "normalized_gradient",
     "select_kv",
     "select_skeleton",
+    "settled_auto_pivot",
     "top_count",
     "topk_count",
     "transition_scores",

@@ -53,13 +53,13 @@ import torch
 from torch import Tensor
 
 from .centrality import CentralityAccumulator
-from .pivot import PivotConfig, detect_pivot, layer_statistics, step_dominance
+from .pivot import DEFAULT_WEIGHTS, PivotConfig, detect_pivot, layer_statistics, step_dominance
 from .skeleton import select_kv, select_skeleton
 
 # Layers between the pivot detected so far and the current one before an auto pivot is settled.
-DEFAULT_PATIENCE = 3
+DEFAULT_PATIENCE = 0
 # How far (in median steps) the pivot's step must stand out to settle before num_layers - 2.
-DEFAULT_DOMINANCE = 1.5
+DEFAULT_DOMINANCE = 1.3
 # The auto pivot is searched from this share of the layers on (module docstring).
 DEFAULT_MIN_PIVOT_FRACTION = 1 / 3
 # Differences needed before the median of the steps means anything.
@@ -110,7 +110,7 @@ class PromptPruning:
     window : int
         The last-window queries and the window every selection keeps, at least 1.
     patience : int
-        Auto pivot only: see the module docstring; at least 1.
+        Auto pivot only: see the module docstring; at least 0.
     dominance : float
         Auto pivot only: see the module docstring.
     min_pivot_fraction : float
@@ -121,7 +121,7 @@ class PromptPruning:
     ------
     ValueError
         On ``num_layers < 3``, a fixed pivot beyond ``num_layers - 2``, ``length < 1``,
-        ``patience < 1``.
+        ``patience < 0``.
     """
 
     def __init__(self, pivot: PivotConfig, num_layers: int, length: int, ratio: float, window: int,
@@ -131,8 +131,8 @@ class PromptPruning:
             raise ValueError(f"StructKV prunes after a pivot in [1, num_layers - 2]; the model has {num_layers} layers")
         if pivot.pivot != "auto" and not 1 <= pivot.pivot <= num_layers - 2:
             raise ValueError(f"fixed pivot {pivot.pivot} must be in [1, {num_layers - 2}] for {num_layers} layers")
-        if length < 1 or patience < 1:
-            raise ValueError(f"need length >= 1 and patience >= 1, got {length} and {patience}")
+        if length < 1 or patience < 0:
+            raise ValueError(f"need length >= 1 and patience >= 0, got {length} and {patience}")
         self.config = pivot
         self.num_layers = num_layers
         self.length = length
@@ -141,7 +141,8 @@ class PromptPruning:
         self.patience = patience
         self.dominance = dominance
         self.min_pivot = min(max(1, math.ceil(min_pivot_fraction * num_layers - 1e-9)), num_layers - 2)
-        self.centrality = CentralityAccumulator(pivot.centrality_decay)
+        first_layer = self.min_pivot if pivot.pivot == "auto" else min(self.min_pivot, pivot.pivot)
+        self.centrality = CentralityAccumulator(pivot.centrality_decay, first_layer)
         self._stats: list[Tensor] = []
         self.decision: Optional[PruneDecision] = None
 
@@ -185,15 +186,36 @@ class PromptPruning:
         if not self.config.needs_statistics:
             pivot = self.config.pivot_layer(self.num_layers)
             return pivot if layer == pivot else None
-        if layer < self.min_pivot:
-            return None
-        stats = torch.stack(self._stats)
-        pivot = detect_pivot(stats, self.num_layers, self.config.weights, self.min_pivot)
-        if layer >= self.num_layers - 2:
-            return pivot
-        if layer < _MIN_STEPS or layer - pivot < self.patience:
-            return None
-        return pivot if step_dominance(stats, pivot - 1, self.config.weights) >= self.dominance else None
+        return settled_auto_pivot(torch.stack(self._stats), self.num_layers, self.min_pivot, self.patience,
+                                  self.dominance, self.config.weights)
+
+
+def settled_auto_pivot(stats: Tensor, num_layers: int, min_pivot: int, patience: int = DEFAULT_PATIENCE,
+                       dominance: float = DEFAULT_DOMINANCE,
+                       weights: tuple[float, float, float] = DEFAULT_WEIGHTS) -> Optional[int]:
+    """The auto pivot if it is settled after the last layer of ``stats`` (module docstring), else None.
+
+    Parameters
+    ----------
+    stats : Tensor
+        ``(d + 1, 3)``: :func:`.pivot.layer_statistics` of layers ``0 .. d``, ``d`` the layer that just
+        ran on the whole prompt.
+    num_layers : int
+        The model's layers.
+    min_pivot : int
+        The first pivot the search considers, in ``[1, num_layers - 2]``.
+    patience, dominance, weights
+        See the module docstring and :func:`.pivot.transition_scores`.
+    """
+    layer = stats.shape[0] - 1
+    if layer < min_pivot:
+        return None
+    pivot = detect_pivot(stats, num_layers, weights, min_pivot)
+    if layer >= num_layers - 2:
+        return pivot
+    if layer < _MIN_STEPS or layer - pivot < patience:
+        return None
+    return pivot if step_dominance(stats, pivot - 1, weights) >= dominance else None
 
 
 def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int) -> Tensor:
