@@ -1,11 +1,15 @@
 """Where StructKV's pivot lies on real prompts: per-layer window-attention statistics, offline and online.
 
 For each long-context prompt of :mod:`bench.long_context` (same generator, same seed), the default model
-runs once in transformers with eager attention; every layer's window scores (attention the last
-``--window`` queries pay to each token, summed over heads and queries) give:
+runs once in transformers; every layer's window scores (attention the last ``--window`` queries pay
+to each token, summed over heads and queries) are recomputed from that layer's queries and keys
+beside its SDPA attention (:class:`WindowScoreRecorder`: only the window's rows, so an 8K prompt
+fits in memory, where eager attention's full ``(heads, n, n)`` maps of 24 layers would not). They
+give:
 
-- the statistics of :func:`sglang_pask.structkv.pivot.layer_statistics` (entropy, top-k mass) and the
-  transition scores ``T`` of every step between layers;
+- the statistics of :func:`sglang_pask.structkv.pivot.layer_statistics` (entropy, top-k mass,
+  variance: ``stats``, one ``[H, rho, V]`` per layer) and the transition scores ``T`` of every step
+  between layers;
 - ``dominance``: :func:`~sglang_pask.structkv.pivot.step_dominance` of each step over all layers;
 - the offline pivot ``argmax T + 1`` over every layer (what the paper's formula gives with all layers
   seen);
@@ -14,24 +18,59 @@ runs once in transformers with eager attention; every layer's window scores (att
 
 Usage::
 
-    python -m bench.pivot_profile [--lengths 1024 2048] [--items 2] [--json OUT]
+    python -m bench.pivot_profile [--lengths 1024 2048 4096 8192] [--items 4] [--json OUT]
 
-CPU, float32; a 2K prompt takes about 10 s on 2 cores.
+CPU, float32; on 2 cores a 2K prompt takes about 10 s, an 8K one about a minute.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from bench.common import run_header
 
 
-def profile(scores_per_layer: list[Any], window: int) -> dict[str, Any]:
+class WindowScoreRecorder:
+    """Wraps transformers' SDPA attention function: each call also records the window scores.
+
+    ``scores[l]`` ``(n,)`` float32 is ``softmax(q k^T * scaling)`` of the last ``window`` queries of
+    the ``l``-th call (causal: query ``n - window + i`` sees keys ``0 .. n - window + i``), summed
+    over query heads and those queries: what eager attention's ``attentions[l][0, :, -window:, :]
+    .sum((0, 1))`` holds, without the ``(heads, n, n)`` map. Grouped KV heads are repeated to the
+    query heads.
+    """
+
+    def __init__(self, attention: Callable[..., Any], window: int) -> None:
+        self.attention = attention
+        self.window = window
+        self.scores: list[Any] = []
+
+    def __call__(self, module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
+        import torch
+
+        q = query[0, :, -self.window:, :].float()  # (heads, w, d)
+        k = key[0].float().repeat_interleave(q.shape[0] // key.shape[1], dim=0)  # (heads, n, d)
+        n, w = k.shape[1], q.shape[1]
+        scaling = kwargs.get("scaling") or q.shape[-1] ** -0.5
+        logits = (q @ k.transpose(-1, -2)) * scaling  # (heads, w, n)
+        future = torch.arange(n)[None, :] > torch.arange(n - w, n)[:, None]  # (w, n)
+        self.scores.append(torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1).sum(dim=(0, 1)))
+        return self.attention(module, query, key, value, attention_mask, **kwargs)
+
+
+def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = None,
+            dominance: Optional[float] = None, key_positions: Optional[list[int]] = None) -> dict[str, Any]:
     """Statistics, transition scores, dominance and both pivots of one prompt.
+
+    With ``key_positions``, also how many of them the skeleton (top 20% plus the window) holds at the
+    online decision layer ``d``, by three scores (``skeleton_key_tokens``): the centrality summed
+    from layer 0 (``from_layer_0``), from the search's first layer as the prefill does
+    (``from_search_start``), and layer ``d``'s scores alone (``layer_alone``).
 
     Parameters
     ----------
@@ -39,37 +78,81 @@ def profile(scores_per_layer: list[Any], window: int) -> dict[str, Any]:
         ``num_layers`` tensors ``(n,)`` float: each layer's window scores.
     window : int
         The window the scores came from (the online decision's window).
+    patience, dominance : optional
+        The online rule's (:class:`sglang_pask.structkv.PromptPruning`); its defaults when None.
+    key_positions : list of int, optional
+        Token positions a correct answer needs (the needle's or the variables' tokens).
     """
     import torch
 
-    from sglang_pask.structkv import PivotConfig, PromptPruning, detect_pivot, layer_statistics, transition_scores
+    from sglang_pask.structkv import (
+        DEFAULT_DOMINANCE,
+        DEFAULT_PATIENCE,
+        CentralityAccumulator,
+        PivotConfig,
+        PromptPruning,
+        detect_pivot,
+        layer_statistics,
+        select_skeleton,
+        transition_scores,
+    )
     from sglang_pask.structkv.pivot import step_dominance
 
     stats = torch.stack([layer_statistics(s) for s in scores_per_layer])
     num_layers = len(scores_per_layer)
-    pruning = PromptPruning(PivotConfig(), num_layers, scores_per_layer[0].numel(), ratio=0.2, window=window)
+    pruning = PromptPruning(PivotConfig(), num_layers, scores_per_layer[0].numel(), ratio=0.2, window=window,
+                            patience=DEFAULT_PATIENCE if patience is None else patience,
+                            dominance=DEFAULT_DOMINANCE if dominance is None else dominance)
     online = None
     for layer, scores in enumerate(scores_per_layer):
         decision = pruning.observe(layer, scores)
         if decision is not None:
             online = {"pivot": decision.pivot, "decided_at": decision.decided_at}
             break
+    coverage = None
+    if key_positions is not None and online is not None:
+        keys, decided = set(key_positions), online["decided_at"]
+        coverage = {"key_tokens": len(keys)}
+        for name, decay, first in (("from_layer_0", 0.9, 0), ("from_search_start", 0.9, pruning.min_pivot),
+                                   ("layer_alone", 0.0, decided)):
+            accumulator = CentralityAccumulator(decay, min(first, decided))
+            for scores in scores_per_layer[: decided + 1]:
+                accumulator.add(scores)
+            skeleton = select_skeleton(accumulator.centrality(decided), 0.2, window)
+            coverage[name] = len(keys & set(skeleton.tolist()))
     return {
+        "stats": stats.tolist(),
         "entropy": [round(x, 3) for x in stats[:, 0].tolist()],
         "topk_mass": [round(x, 3) for x in stats[:, 1].tolist()],
         "transition": [round(x, 3) for x in transition_scores(stats).tolist()],
         "dominance": [round(step_dominance(stats, step), 2) for step in range(num_layers - 1)],
         "offline_pivot": detect_pivot(stats, num_layers),
         "online": online,
+        "skeleton_key_tokens": coverage,
     }
+
+
+def key_positions(tokenizer: Any, text: str, expected: Sequence[str]) -> list[int]:
+    """Positions of the tokens of ``text`` that overlap an occurrence of an expected answer part
+    before the question (which follows the last blank line): the needle's digits, the variables'
+    names."""
+    offsets = tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
+    body = text[: text.rfind("\n\n")]
+    spans = [(m.start(), m.end()) for part in expected for m in re.finditer(re.escape(part), body)]
+    return [i for i, (a, b) in enumerate(offsets) if any(a < end and b > start for start, end in spans)]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.pivot_profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["niah", "vt"], choices=["niah", "vt"], help="tasks")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048], help="prompt lengths in tokens")
-    parser.add_argument("--items", type=int, default=2, help="prompts per task and length")
+    parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048, 4096, 8192],
+                        help="prompt lengths in tokens (default: 1024 2048 4096 8192)")
+    parser.add_argument("--items", type=int, default=4, help="prompts per task and length (default: 4)")
     parser.add_argument("--window", type=int, default=8, help="last-window queries (StructKV's w)")
+    parser.add_argument("--patience", type=int, default=None,
+                        help="the online rule's patience (default: PromptPruning's, 0)")
+    parser.add_argument("--dominance", type=float, default=None,
+                        help="the online rule's dominance (default: PromptPruning's, 1.3)")
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
     parser.add_argument("--json", default=None, help="write the profiles, command, date, machine and commit here")
     return parser
@@ -80,27 +163,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     import torch
     from tqdm import tqdm
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
     from bench.long_context import build_items
     from sglang_pask.default_model import ensure_default_model
 
     model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="eager").eval()
+    recorder = WindowScoreRecorder(ALL_ATTENTION_FUNCTIONS["sdpa"], args.window)
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = recorder
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
     rows = []
     for item in tqdm(build_items(tokenizer, args.tasks, args.lengths, args.items), desc="prompts", file=sys.stderr):
         ids = tokenizer(item.text, return_tensors="pt")["input_ids"]
+        recorder.scores.clear()
         with torch.no_grad():
-            attentions = model(ids, output_attentions=True).attentions  # per layer (1, heads, n, n)
-        scores = [a[0, :, -args.window:, :].sum(dim=(0, 1)).float() for a in attentions]
+            model(ids)
         rows.append({"task": item.task, "length": item.length, "index": item.index, "tokens": ids.shape[1],
-                     **profile(scores, args.window)})
+                     **profile(list(recorder.scores), args.window, args.patience, args.dominance,
+                               key_positions(tokenizer, item.text, item.expected))})
     for row in rows:
         online = row["online"] or {}
         print(f"{row['task']:>4} {row['tokens']:>5} tokens: offline pivot {row['offline_pivot']}, "
               f"online pivot {online.get('pivot')} decided after layer {online.get('decided_at')}")
         print("      T   " + " ".join(f"{x:+.2f}" for x in row["transition"]))
         print("      dom " + " ".join(f"{x:+.1f}" for x in row["dominance"]))
+    covered = [row["skeleton_key_tokens"] for row in rows if row["skeleton_key_tokens"]]
+    if covered:
+        totals = {name: sum(c[name] for c in covered) for name in covered[0]}
+        print(f"answer tokens in the skeleton (top 20% + window) at the decision layer, of {totals.pop('key_tokens')}: "
+              + ", ".join(f"{name} {count}" for name, count in totals.items()))
     if args.json:
         record = {
             **run_header("python -m bench.pivot_profile", argv),

@@ -17,9 +17,64 @@ def test_profile_of_a_planted_transition():
         if layer > 5:
             logits[:, hubs] += 5.0
         layers.append(torch.softmax(logits, dim=-1).sum(dim=0))
-    result = profile(layers, window=8)
+    result = profile(layers, window=8, patience=3, dominance=1.5)
     assert result["offline_pivot"] == 6
     assert result["online"] == {"pivot": 6, "decided_at": 9}
+    # The default rule settles right after the first dominant step of the range (here a noise step
+    # may come first: only 4 steps precede the range of a 12-layer model).
+    default = profile(layers, window=8)["online"]
+    assert default["decided_at"] == default["pivot"] and 4 <= default["pivot"] <= 6
+    assert len(result["stats"]) == num_layers and all(len(row) == 3 for row in result["stats"])
     assert len(result["transition"]) == len(result["dominance"]) == num_layers - 1
     assert max(result["dominance"]) == result["dominance"][5]
     assert len(result["entropy"]) == num_layers and result["entropy"][6] < result["entropy"][5]
+
+
+def test_skeleton_coverage_of_key_tokens():
+    """``skeleton_key_tokens`` counts the key positions in the top 20% (plus the window) by each
+    score at the decision layer; planted hubs are all in by every score."""
+    gen = torch.Generator().manual_seed(7)
+    num_layers, n = 12, 200
+    hubs = torch.randperm(n - 8, generator=gen)[:10]
+    layers = []
+    for layer in range(num_layers):
+        logits = 0.3 * torch.randn(8, n, generator=gen)
+        if layer > 5:
+            logits[:, hubs] += 5.0
+        layers.append(torch.softmax(logits, dim=-1).sum(dim=0))
+    result = profile(layers, window=8, patience=3, dominance=1.5, key_positions=hubs.tolist() + [0, 1])
+    coverage = result["skeleton_key_tokens"]
+    assert coverage["key_tokens"] == 12
+    assert all(10 <= coverage[name] <= 12 for name in ("from_layer_0", "from_search_start", "layer_alone"))
+    assert profile(layers, window=8)["skeleton_key_tokens"] is None
+
+
+def test_window_score_recorder_equals_eager_attention_maps():
+    """The recorder's window scores equal eager attention's maps of the same (random, tiny) Qwen2
+    model, summed over heads and the last ``window`` queries; the model's output is unchanged."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    from bench.pivot_profile import WindowScoreRecorder
+
+    torch.manual_seed(0)
+    config = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    ids = torch.randint(0, 128, (1, 50))
+    eager = Qwen2ForCausalLM._from_config(config, attn_implementation="eager").eval()
+    with torch.no_grad():
+        reference = eager(ids, output_attentions=True)
+    original = ALL_ATTENTION_FUNCTIONS["sdpa"]
+    recorder = WindowScoreRecorder(original, window=6)
+    ALL_ATTENTION_FUNCTIONS["sdpa"] = recorder
+    try:
+        sdpa = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa").eval()
+        sdpa.load_state_dict(eager.state_dict())
+        with torch.no_grad():
+            logits = sdpa(ids).logits
+    finally:
+        ALL_ATTENTION_FUNCTIONS["sdpa"] = original
+    assert len(recorder.scores) == 3
+    for recorded, attention in zip(recorder.scores, reference.attentions):
+        torch.testing.assert_close(recorded, attention[0, :, -6:, :].sum(dim=(0, 1)), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits, reference.logits, rtol=1e-4, atol=1e-4)

@@ -3,8 +3,9 @@
 For one prompt of ``n`` tokens in a model of ``num_layers`` layers, the prefill drives it like this
 (``S^(l)``: the layer's window scores summed over heads, ``(n,)`` float32):
 
-1. ``acc = CentralityAccumulator(config.centrality_decay)``; per layer ``l`` while the whole prompt
-   runs: ``acc.add(S^(l))``, and when ``config.needs_statistics``, ``layer_statistics(S^(l),
+1. ``acc = CentralityAccumulator(config.centrality_decay, first_layer)`` (``first_layer``: where the
+   pivot search starts, :mod:`.prefill`); per layer ``l`` while the whole prompt runs:
+   ``acc.add(S^(l))``, and when ``config.needs_statistics``, ``layer_statistics(S^(l),
    config.topk_ratio)`` (stacked into ``(m, 3)``).
 2. ``pivot = config.pivot_layer(num_layers, stats)`` (:class:`PivotConfig`).
 3. ``skeleton = select_skeleton(acc.centrality(pivot), R_struct, window)``: the positions the layers

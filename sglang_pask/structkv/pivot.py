@@ -208,7 +208,8 @@ class PivotConfig:
     Three modes share this code, so a benchmark compares like with like:
 
     - StructKV (``pivot="auto"``): the pivot is detected per prompt (:func:`detect_pivot`); the
-      skeleton comes from the decayed centrality of layers ``0 .. L*``.
+      skeleton comes from the decayed centrality of layers ``l0 .. L*`` (``l0``: the first layer
+      of the pivot search, :mod:`.prefill`).
     - Fixed pivot (``pivot=N``, FastKV-style): the same, at layer ``N`` for every prompt. With
       ``decay=0`` the skeleton comes from layer ``N``'s scores alone, as in FastKV.
     - GemFilter-style (``pivot=N, gemfilter=True``): the skeleton comes from layer ``N``'s scores

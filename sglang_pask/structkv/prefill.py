@@ -10,29 +10,34 @@ prompt):
 - ``pivot="auto"``: the search covers pivots from ``ceil(min_pivot_fraction * num_layers)`` on
   (at most ``num_layers - 2``). After layer ``d`` the pivot of the statistics seen so far is
   ``L*_d = detect_pivot(stats[0..d], min_pivot)`` (:mod:`.pivot`). The decision is taken at the
-  first ``d >= 4`` with ``d - L*_d >= patience`` (the sharpest concentration step in the range is
-  ``patience`` layers back and no sharper one came since) whose step *dominates*
-  (:func:`.pivot.step_dominance` at least ``dominance``), or else at ``d = num_layers - 2`` (the
-  last layer after which pruning still saves a layer), where it is the paper's ``argmax T + 1`` over
-  every layer seen in the range. Layers ``L* + 1 .. d`` already ran on the whole prompt (the price
-  of deciding online, at most ``patience`` layers when the step dominates), and pruning starts at
-  ``d + 1``. The skeleton comes from ``C_d``, the centrality through the decision layer: the
-  paper's ``C_(L*)`` when the decision comes right after the pivot (a fixed pivot, or offline),
-  and otherwise the same sum over the layers that already ran on everything, whose scores cost
-  nothing more. Measured on the default model's 2K NIAH prompts (pivot 11, decided after 14):
-  ``C_11`` left digits of the needle out of the skeleton and the answers lost them
-  (``47577`` for ``4757302``, ``bench/results/long_context_2026-11-30.md``); with ``C_14`` both
-  were answered (``bench/results/long_context_unchunked_2026-11-30.md``).
+  first ``d >= 4`` with ``d - L*_d >= patience`` whose step *dominates* (:func:`.pivot.step_dominance`
+  at least ``dominance``), or else at ``d = num_layers - 2`` (the last layer after which pruning
+  still saves a layer), where it is the paper's ``argmax T + 1`` over every layer seen in the
+  range (:func:`settled_auto_pivot`). With the default ``patience`` 0 the pivot is the first layer
+  of the range whose step into it is the sharpest concentration step of the range so far and
+  stands out of the steps seen: the decision comes right after it (``d = L*``), and pruning starts
+  at ``L* + 1``, as for a fixed pivot. A ``patience`` above 0 waits that many layers for a sharper
+  step; those layers ``L* + 1 .. d`` run on the whole prompt, and pruning starts at ``d + 1``. The
+  skeleton comes from ``C_d``, the centrality through the decision layer (``C_(L*)`` when ``d = L*``),
+  summed from the first layer of the search range (:mod:`.centrality` says why; a fixed pivot below
+  it starts the sum at the pivot).
 
-  Why the range starts at a third of the layers: on the default model (Qwen2.5-Coder-0.5B, 24
-  layers), every NIAH and variable-tracking prompt of 1K and 2K tokens has its offline pivot
-  (``argmax T + 1`` over all layers) at 11, but its attention also narrows sharply from layer 1 to
-  2 (entropy 5.2 to 4.6 nats). Online, that early step looks like the transition after 4 layers,
-  and a rule strict enough to pass it (``dominance`` 12, before) waited until layer 22, so almost
-  nothing was pruned. From a third of the layers on, with ``dominance`` 1.5 and ``patience`` 3,
-  all eight prompts settle on pivot 11 after layer 14. (``patience`` 2 settles them after layer 13,
-  but on synthetic prompts whose layers around the start of the range are alike it took a noise
-  step there for the transition on 8 of 60; with 3, on none.)
+  The defaults come from the default model (Qwen2.5-Coder-0.5B, 24 layers, search from layer 8) on
+  32 NIAH and variable-tracking prompts of 1K to 8K tokens (``python -m bench.pivot_profile``,
+  ``tests/structkv/data/default_model_pivot_stats.json``): every prompt has its offline pivot
+  (``argmax T + 1`` over all layers) at 11; online, the step into layer 11 stands out by 1.5 to 2.3
+  median steps and every earlier step of the range by at most 1.14, so ``dominance`` 1.3 settles
+  all 32 on 11 right after layer 11. (The previous ``patience`` 3 settled them after layer 14, and
+  the three extra full layers held the 8K prefill at 0.66 of full KV's.) The price: a prompt whose
+  layers differ by noise as much as by a real step settles on the first such step. On synthetic
+  prompts that draw a new noise scale per layer (``tests/structkv``), patience 0 takes a noise step
+  before the planted one on about half of them, patience 3 on none; pass ``patience`` for such
+  models.
+
+  Why the range starts at a third of the layers: attention also narrows sharply from layer 1 to 2
+  on the default model (entropy 5.2 to 4.6 nats). Searched from layer 1, that early step looks like
+  the transition after 4 layers, and a rule strict enough to pass it (``dominance`` 12, before)
+  waited until layer 22, so almost nothing was pruned.
 
 The skeleton is :func:`.skeleton.select_skeleton` of that centrality (``C_d``) at ``R_struct`` (plus the
 window). The KV each layer group keeps for decode is :func:`kv_keep` at ``R_KV``, chosen by the
