@@ -70,7 +70,9 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
     With ``key_positions``, also how many of them the skeleton (top 20% plus the window) holds at the
     online decision layer ``d``, by three scores (``skeleton_key_tokens``): the centrality summed
     from layer 0 (``from_layer_0``), from the search's first layer as the prefill does
-    (``from_search_start``), and layer ``d``'s scores alone (``layer_alone``).
+    (``from_search_start``), and layer ``d``'s scores alone (``layer_alone``). The top-k is of the
+    raw scores: the prefill's max-pooling (:mod:`sglang_pask.structkv.prefill`) is left out so the
+    counts compare the scores alone.
 
     Parameters
     ----------

@@ -7,18 +7,19 @@ Random data is fresh on every run; the seed is in every assertion message and ca
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
 import secrets
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from torch import Tensor
 
 from sglang_pask.structkv import (
-    DEFAULT_PATIENCE,
     CentralityAccumulator,
     PivotConfig,
     detect_pivot,
@@ -26,6 +27,7 @@ from sglang_pask.structkv import (
     normalized_gradient,
     select_kv,
     select_skeleton,
+    settled_auto_pivot,
     topk_count,
     transition_scores,
 )
@@ -321,7 +323,9 @@ def test_prompt_pruning_settles_a_planted_pivot_online(seed):
     """Auto pivot: on 20 planted prompts (fresh seeds) the decision finds the planted pivot, no
     earlier than ``patience`` layers after it, with the skeleton from the centrality through the
     decision layer (every layer that ran on the whole prompt; deciding online from noise can settle early now and then: at most 2 of 20); a fixed pivot
-    decides right after its layer."""
+    decides right after its layer. The hubs are 10 scattered single tokens, so the skeleton's 40
+    top slots are taken without pooling (``kernel_size=1``): pooled over 7 positions, 10 hubs would
+    ask for 70 (:func:`test_skeleton_pooling_keeps_a_high_tokens_neighbours` tests the pooling)."""
     from sglang_pask.structkv import PromptPruning
 
     num_layers, n, last_diffuse = 12, 200, 4
@@ -329,7 +333,7 @@ def test_prompt_pruning_settles_a_planted_pivot_online(seed):
     for offset in range(20):
         gen = torch.Generator().manual_seed(seed + offset)
         layers, hubs = planted_layers(gen, num_layers, last_diffuse, n)
-        pruning = PromptPruning(PivotConfig(), num_layers, n, ratio=0.2, window=8, patience=2)
+        pruning = PromptPruning(PivotConfig(), num_layers, n, ratio=0.2, window=8, patience=2, kernel_size=1)
         decision = None
         for layer, scores in enumerate(layers):
             decision = pruning.observe(layer, scores.sum(dim=0))
@@ -349,6 +353,32 @@ def test_prompt_pruning_settles_a_planted_pivot_online(seed):
     assert fixed.decision.restart and fixed.decision.prunes_from == 0
     with pytest.raises(ValueError, match="out of order"):
         fixed.observe(4, layers[4].sum(dim=0))
+
+
+def test_skeleton_pooling_keeps_a_high_tokens_neighbours(seed):
+    """The centrality is max-pooled over 7 positions before the skeleton's top-k: a single
+    high-scoring token brings the 3 tokens on each side; with ``kernel_size=1`` it comes alone."""
+    from sglang_pask.structkv import PromptPruning
+
+    gen = torch.Generator().manual_seed(seed)
+    n, num_layers = 200, 6
+    peak = int(torch.randint(20, n - 30, (), generator=gen))
+    scores = 0.01 + 0.01 * torch.rand(num_layers, n, generator=gen)
+    scores[:, peak - 3: peak + 4] = 0.0
+    scores[:, peak] = 10.0
+
+    def skeleton(kernel_size: int) -> set[int]:
+        pruning = PromptPruning(PivotConfig(pivot=2, decay=0.0), num_layers, n, ratio=0.035, window=8,
+                                kernel_size=kernel_size)
+        decisions = [pruning.observe(layer, scores[layer]) for layer in range(3)]
+        return set(decisions[-1].skeleton.tolist())
+
+    window = set(range(n - 8, n))
+    assert skeleton(7) == window | set(range(peak - 3, peak + 4)), f"seed={seed}"
+    alone = skeleton(1)
+    assert peak in alone and not alone & {peak - 3, peak - 2, peak - 1, peak + 1, peak + 2, peak + 3}, f"seed={seed}"
+    with pytest.raises(ValueError, match="kernel_size must be a positive odd number"):
+        PromptPruning(PivotConfig(), num_layers, n, ratio=0.2, window=8, kernel_size=4)
 
 
 def test_kv_keep_is_a_share_of_the_part_among_the_candidates(seed):
@@ -413,6 +443,39 @@ def test_auto_pivot_searches_from_a_third_of_the_layers(seed):
         found += settle_online(layers, patience=3, dominance=1.5) == (last_diffuse + 1, last_diffuse + 1 + 3)
     assert early >= 18, f"seed={seed}: searched from layer 1, settled on the early step {early} of 20 times"
     assert found >= 18, f"seed={seed}: settled on the planted pivot {found} of 20 times"
+
+
+DEFAULT_MODEL_STATS = Path(__file__).parent / "data" / "default_model_pivot_stats.json"
+
+
+def first_settled(stats: Tensor, **options) -> tuple[int, int]:
+    """``(pivot, decided_at)``: the first layer after which :func:`settled_auto_pivot` settles."""
+    num_layers = stats.shape[0]
+    min_pivot = math.ceil(num_layers / 3)
+    for layer in range(num_layers):
+        pivot = settled_auto_pivot(stats[: layer + 1], num_layers, min_pivot, **options)
+        if pivot is not None:
+            return pivot, layer
+    raise AssertionError("no decision")
+
+
+def test_default_rule_settles_at_the_pivot_on_the_default_models_statistics():
+    """The default model's window-attention statistics (entropy, top-k mass, variance per layer) on
+    32 NIAH and variable-tracking prompts of 1K to 8K tokens, from ``python -m bench.pivot_profile``
+    (the file's ``command``): every prompt's offline pivot is 11, and the default rule settles on it
+    right after layer 11, so layers 12-23 run on the skeleton. Waiting 3 layers (the previous
+    default) settled on the same pivot after layer 14."""
+    record = json.loads(DEFAULT_MODEL_STATS.read_text())
+    assert record["command"].startswith("python -m bench.pivot_profile")
+    profiles = record["profiles"]
+    assert len(profiles) == 32 and {p["length"] for p in profiles} == {1024, 2048, 4096, 8192}
+    for profile in profiles:
+        stats = torch.tensor(profile["stats"])
+        what = f"{profile['task']} {profile['length']} #{profile['index']}"
+        assert stats.shape == (24, 3), what
+        assert profile["offline_pivot"] == detect_pivot(stats, 24) == 11, what
+        assert first_settled(stats) == (11, 11), what
+        assert first_settled(stats, patience=3, dominance=1.5) == (11, 14), what
 
 
 def test_detect_pivot_search_range(seed):
