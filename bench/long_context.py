@@ -11,7 +11,8 @@ RULER-style tasks are generated here, offline, from a fixed seed (no download):
 
 Each prompt is sized with the model's tokenizer to the target length (2K, 4K, 8K tokens by default)
 in the model's chat template. For each mode this starts ``python -m sglang_pask.launch_server`` on
-the real default model (one server at a time, radix cache off so every prompt is computed in full,
+the real default model (one server at a time, or with ``--interleave`` all at once and each prompt
+sent to every mode in turn; radix cache off so every prompt is computed in full,
 chunked prefill off in every mode (``--chunked-prefill-size -1``, as StructKV requires) so every
 mode prefills a prompt in one extend pass and the time ratios compare like with like, one layer
 group per layer so R_KV is per layer), sends the prompts one at a time, greedy, streamed,
@@ -176,23 +177,47 @@ def is_correct(item: Item, answer: str) -> bool:
     return all(part in answer for part in item.expected)
 
 
-def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Namespace, log_dir: Path) -> list[Outcome]:
+def start_server(mode: str, model_path: str, args: argparse.Namespace, log_dir: Path) -> Any:
+    """A ready server of ``mode`` (see the module docstring for its flags)."""
     from sglang_pask.server_process import ServerProcess
 
     flags = ["--model-path", model_path, "--disable-radix-cache", "--chunked-prefill-size", "-1",
              "--kv-layer-groups", str(args.layer_groups),
              *server_flags(mode, args.fixed_pivot, args.gemfilter_pivot), *shlex.split(args.server_args)]
-    server = ServerProcess(flags, log_dir / f"{mode}.log").wait_ready(timeout_s=900)
-    outcomes = []
+    return ServerProcess(flags, log_dir / f"{mode}.log").wait_ready(timeout_s=900)
+
+
+def outcome(mode: str, item: Item, url: str) -> Outcome:
+    """Ask ``item`` on the server at ``url`` and score the answer."""
+    answer, ttft, report = ask(url, item)
+    return Outcome(mode, item.task, item.length, item.index, is_correct(item, answer), ttft, answer,
+                   report.get("pivot"), report.get("decided_at"), report.get("skeleton_tokens"))
+
+
+def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Namespace, log_dir: Path) -> list[Outcome]:
+    """Every item on one server of ``mode``."""
+    server = start_server(mode, model_path, args, log_dir)
     try:
         ask(server.url, items[0])  # warm-up (first-call allocations), not counted
-        for item in tqdm(items, desc=mode, file=sys.stderr):
-            answer, ttft, report = ask(server.url, item)
-            outcomes.append(Outcome(mode, item.task, item.length, item.index, is_correct(item, answer), ttft, answer,
-                                    report.get("pivot"), report.get("decided_at"), report.get("skeleton_tokens")))
+        return [outcome(mode, item, server.url) for item in tqdm(items, desc=mode, file=sys.stderr)]
     finally:
         server.stop()
-    return outcomes
+
+
+def run_interleaved(modes: list[str], model_path: str, items: list[Item], args: argparse.Namespace,
+                    log_dir: Path) -> list[Outcome]:
+    """Every mode's server up at once; each item goes to every mode in turn, so a machine whose
+    speed drifts over minutes slows all modes alike (an idle server sleeps: ``--sleep-on-idle``)."""
+    servers: dict[str, Any] = {}
+    try:
+        for mode in modes:
+            servers[mode] = start_server(mode, model_path, args, log_dir)
+            ask(servers[mode].url, items[0])  # warm-up, not counted
+        return [outcome(mode, item, servers[mode].url)
+                for item in tqdm(items, desc="+".join(modes), file=sys.stderr) for mode in modes]
+    finally:
+        for server in servers.values():
+            server.stop()
 
 
 def summarize(outcomes: list[Outcome]) -> list[dict]:
@@ -251,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
     parser.add_argument("--server-args", default="--max-total-tokens 65536",
                         help="extra server flags (default: --max-total-tokens 65536)")
+    parser.add_argument("--interleave", action="store_true",
+                        help="start every mode's server at once and send each prompt to every mode in turn "
+                             "(times comparable on a machine whose speed drifts; needs memory for all servers)")
     parser.add_argument("--json", default=None, help="write results and run details to this JSON file")
     parser.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
     return parser
@@ -269,7 +297,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     modes = ["full"] + [m for m in args.modes if m != "full"] if "full" in args.modes else list(args.modes)
     with tempfile.TemporaryDirectory(prefix="bench-long-context-") as log_dir:
-        for mode in modes:
+        if args.interleave:
+            outcomes = run_interleaved(modes, model_path, items, args, Path(log_dir))
+        for mode in [] if args.interleave else modes:
             outcomes += run_mode(mode, model_path, items, args, Path(log_dir))
             print(format_table(summarize(outcomes)), file=sys.stderr)
     rows = summarize(outcomes)
