@@ -7,16 +7,23 @@ import torch
 from bench.pivot_profile import profile
 
 
-def test_profile_of_a_planted_transition():
-    gen = torch.Generator().manual_seed(5)
-    num_layers, n = 12, 200
-    hubs = torch.randperm(n, generator=gen)[:10]
+def planted_layers(seed: int, hub_range: int, num_layers: int = 12, n: int = 200) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Window scores ``(n,)`` per layer, diffuse in layers 0-5 and concentrated on 10 hubs (drawn
+    among the first ``hub_range`` positions) from layer 6 on; and the hubs ``(10,)``."""
+    gen = torch.Generator().manual_seed(seed)
+    hubs = torch.randperm(hub_range, generator=gen)[:10]
     layers = []
     for layer in range(num_layers):
         logits = 0.3 * torch.randn(8, n, generator=gen)
         if layer > 5:
             logits[:, hubs] += 5.0
         layers.append(torch.softmax(logits, dim=-1).sum(dim=0))
+    return layers, hubs
+
+
+def test_profile_of_a_planted_transition():
+    num_layers = 12
+    layers, _ = planted_layers(seed=5, hub_range=200)
     result = profile(layers, window=8, patience=3, dominance=1.5)
     assert result["offline_pivot"] == 6
     assert result["online"] == {"pivot": 6, "decided_at": 9}
@@ -33,15 +40,7 @@ def test_profile_of_a_planted_transition():
 def test_skeleton_coverage_of_key_tokens():
     """``skeleton_key_tokens`` counts the key positions in the top 20% (plus the window) by each
     score at the decision layer; planted hubs are all in by every score."""
-    gen = torch.Generator().manual_seed(7)
-    num_layers, n = 12, 200
-    hubs = torch.randperm(n - 8, generator=gen)[:10]
-    layers = []
-    for layer in range(num_layers):
-        logits = 0.3 * torch.randn(8, n, generator=gen)
-        if layer > 5:
-            logits[:, hubs] += 5.0
-        layers.append(torch.softmax(logits, dim=-1).sum(dim=0))
+    layers, hubs = planted_layers(seed=7, hub_range=192)
     result = profile(layers, window=8, patience=3, dominance=1.5, key_positions=hubs.tolist() + [0, 1])
     coverage = result["skeleton_key_tokens"]
     assert coverage["key_tokens"] == 12
