@@ -12,7 +12,7 @@ RULER-style tasks are generated here, offline, from a fixed seed (no download):
 Each prompt is sized with the model's tokenizer to the target length (2K, 4K, 8K tokens by default)
 in the model's chat template. For each mode this starts ``python -m sglang_pask.launch_server`` on
 the real default model (one server at a time, or with ``--interleave`` all at once and each prompt
-sent to every mode in turn; radix cache off so every prompt is computed in full,
+sent to every mode in turn, the servers not being asked frozen meanwhile; radix cache off so every prompt is computed in full,
 chunked prefill off in every mode (``--chunked-prefill-size -1``, as StructKV requires) so every
 mode prefills a prompt in one extend pass and the time ratios compare like with like, one layer
 group per layer so R_KV is per layer), sends the prompts one at a time, greedy, streamed,
@@ -207,14 +207,21 @@ def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Names
 def run_interleaved(modes: list[str], model_path: str, items: list[Item], args: argparse.Namespace,
                     log_dir: Path) -> list[Outcome]:
     """Every mode's server up at once; each item goes to every mode in turn, so a machine whose
-    speed drifts over minutes slows all modes alike (an idle server sleeps: ``--sleep-on-idle``)."""
+    speed drifts over minutes slows all modes alike. Only the server being asked runs: the others
+    are frozen (SIGSTOP) meanwhile, so their idle threads take no CPU from it."""
     servers: dict[str, Any] = {}
     try:
         for mode in modes:
             servers[mode] = start_server(mode, model_path, args, log_dir)
             ask(servers[mode].url, items[0])  # warm-up, not counted
-        return [outcome(mode, item, servers[mode].url)
-                for item in tqdm(items, desc="+".join(modes), file=sys.stderr) for mode in modes]
+            servers[mode].pause()
+        outcomes = []
+        for item in tqdm(items, desc="+".join(modes), file=sys.stderr):
+            for mode in modes:
+                servers[mode].resume()
+                outcomes.append(outcome(mode, item, servers[mode].url))
+                servers[mode].pause()
+        return outcomes
     finally:
         for server in servers.values():
             server.stop()
@@ -277,8 +284,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-args", default="--max-total-tokens 65536",
                         help="extra server flags (default: --max-total-tokens 65536)")
     parser.add_argument("--interleave", action="store_true",
-                        help="start every mode's server at once and send each prompt to every mode in turn "
-                             "(times comparable on a machine whose speed drifts; needs memory for all servers)")
+                        help="start every mode's server at once and send each prompt to every mode in turn, "
+                             "the others frozen (SIGSTOP) meanwhile (times comparable on a machine whose speed drifts; needs memory for all servers)")
     parser.add_argument("--json", default=None, help="write results and run details to this JSON file")
     parser.add_argument("--markdown", default=None, help="write the table as Markdown to this file")
     return parser

@@ -97,11 +97,22 @@ class ServerProcess:
             self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
+    def pause(self) -> None:
+        """Freeze the server's whole process group (SIGSTOP): it holds its memory but takes no CPU
+        until :meth:`resume`. Benchmarks that keep several servers up pause the ones not being
+        timed, so an idle server's threads cannot slow the one being measured."""
+        os.killpg(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Continue a server frozen by :meth:`pause` (SIGCONT); harmless on a running one."""
+        os.killpg(self.process.pid, signal.SIGCONT)
+
     def stop(self, timeout_s: float = 30.0) -> None:
-        """Terminate the server's whole process group (SIGTERM, then SIGKILL)."""
+        """Terminate the server's whole process group (SIGTERM, then SIGKILL); a paused one too."""
         if self.process.poll() is None:
             try:
                 os.killpg(self.process.pid, signal.SIGTERM)
+                os.killpg(self.process.pid, signal.SIGCONT)  # a paused group acts on SIGTERM once continued
                 self.process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)

@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,23 @@ def test_frontend_regex_program_runs_against_the_server(tiny_server):
     assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", record["date"])
     assert re.fullmatch(r"\d{1,3}\.\d{1,3}\.\d{1,3}", record["version"])
     assert record["security_fix"] in ("yes", "no")
+
+
+def test_a_paused_server_is_frozen_whole_and_answers_again_after_resume(tiny_server):
+    import psutil
+
+    group = [psutil.Process(tiny_server.process.pid), *psutil.Process(tiny_server.process.pid).children(recursive=True)]
+    assert len(group) >= 3  # launcher (tokenizer manager), scheduler, detokenizer
+    tiny_server.pause()
+    try:
+        deadline = time.monotonic() + 10  # a stop is delivered asynchronously
+        while {p.status() for p in group} != {psutil.STATUS_STOPPED} and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert {p.status() for p in group} == {psutil.STATUS_STOPPED}, [(p.pid, p.status()) for p in group]
+        with pytest.raises(requests.exceptions.Timeout):
+            requests.get(f"{tiny_server.url}/health", timeout=2)
+    finally:
+        tiny_server.resume()
+    assert psutil.STATUS_STOPPED not in {p.status() for p in group}
+    out = generate(tiny_server, "Answer: ", regex="(yes|no)", max_new_tokens=4)
+    assert out["text"] in ("yes", "no")
