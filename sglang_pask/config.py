@@ -24,6 +24,8 @@ KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyram
 
 # Newest tokens every layer group always keeps (--kv-window default).
 DEFAULT_KV_WINDOW = 8
+#: What decode does with a request's generated tokens (``--kv-decode``).
+KV_DECODE_MODES = ("compress", "keep")
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
 
@@ -119,6 +121,10 @@ class PaskConfig:
     kv_score_window : int or None
         The observation window: how many of the newest queries score the keys for windowed policies
         (SnapKV, PyramidKV, PASK); None means ``kv_window`` (at least 1).
+    kv_decode : str
+        One of :data:`KV_DECODE_MODES`. ``compress``: each group keeps about its budget of the generated
+        tokens too (the request's whole KV stays near the budget); ``keep``: generated tokens are never
+        dropped, the budget applies to the prompt (as SnapKV and kvpress define it).
     pask_policy : str or None
         The calibrated PASK policy file for ``--kv-policy pask`` (None: the one shipped for the
         default model).
@@ -139,6 +145,7 @@ class PaskConfig:
     kv_layer_groups: LayerGroupSpec = field(default_factory=lambda: LayerGroupSpec(count=1))
     kv_window: int = DEFAULT_KV_WINDOW
     kv_score_window: Optional[int] = None
+    kv_decode: str = "compress"
     pask_policy: Optional[str] = None
     structkv: bool = False
     structkv_prefill_ratio: float = DEFAULT_STRUCTKV_PREFILL_RATIO
@@ -157,6 +164,8 @@ class PaskConfig:
             raise ConfigError(f"--kv-window: must be a non-negative number of tokens, got {self.kv_window}")
         if self.kv_score_window is not None and self.kv_score_window < 1:
             raise ConfigError(f"--kv-score-window: must be at least 1 query, got {self.kv_score_window}")
+        if self.kv_decode not in KV_DECODE_MODES:
+            raise ConfigError(f"--kv-decode: unknown mode {self.kv_decode!r}; choose from {', '.join(KV_DECODE_MODES)}")
         self._check_structkv()
 
     def _check_structkv(self) -> None:
@@ -186,7 +195,7 @@ class PaskConfig:
     def from_dict(cls, data: dict) -> "PaskConfig":
         """Inverse of :meth:`to_dict`; raises ConfigError on unknown keys or bad values."""
         unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window", "kv_score_window",
-                               "pask_policy", "structkv",
+                               "kv_decode", "pask_policy", "structkv",
                                "structkv_prefill_ratio", "structkv_kv_ratio", "structkv_pivot", "structkv_mode"}
         if unknown:
             raise ConfigError(f"unknown sglang-pask config keys: {', '.join(sorted(unknown))}")
@@ -196,6 +205,7 @@ class PaskConfig:
             kv_layer_groups=LayerGroupSpec.parse(str(data.get("kv_layer_groups", "1"))),
             kv_window=int(data.get("kv_window", DEFAULT_KV_WINDOW)),
             kv_score_window=None if data.get("kv_score_window") is None else int(data["kv_score_window"]),
+            kv_decode=str(data.get("kv_decode", "compress")),
             pask_policy=data.get("pask_policy"),
             structkv=bool(data.get("structkv", False)),
             structkv_prefill_ratio=float(data.get("structkv_prefill_ratio", DEFAULT_STRUCTKV_PREFILL_RATIO)),
@@ -307,6 +317,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "(default: the --kv-window).",
     )
     group.add_argument(
+        "--kv-decode",
+        choices=KV_DECODE_MODES,
+        default="compress",
+        help="What decode does with generated tokens: 'compress' (each layer group keeps about its budget of "
+        "them, so a request's whole KV stays near the budget) or 'keep' (never dropped; the budget applies to "
+        "the prompt, as SnapKV defines it) (default: compress).",
+    )
+    group.add_argument(
         "--pask-policy",
         default=None,
         metavar="FILE",
@@ -373,6 +391,7 @@ def from_namespace(args: argparse.Namespace) -> PaskConfig:
         kv_layer_groups=args.kv_layer_groups,
         kv_window=args.kv_window,
         kv_score_window=args.kv_score_window,
+        kv_decode=args.kv_decode,
         pask_policy=args.pask_policy,
         structkv=args.structkv,
         structkv_prefill_ratio=_or(args.structkv_prefill_ratio, DEFAULT_STRUCTKV_PREFILL_RATIO),

@@ -108,3 +108,12 @@ def test_score_window_default_round_trip_and_check():
     assert PaskConfig.from_env() == config
     with pytest.raises(ConfigError, match="--kv-score-window: must be at least 1 query, got 0"):
         PaskConfig(kv_score_window=0)
+
+
+def test_kv_decode_default_round_trip_and_check():
+    assert PaskConfig().kv_decode == "compress"
+    config = PaskConfig(kv_policy="pask", kv_budget=0.33, kv_decode="keep")
+    config.publish()
+    assert PaskConfig.from_env() == config
+    with pytest.raises(ConfigError, match="--kv-decode: unknown mode 'drop'; choose from compress, keep"):
+        PaskConfig(kv_decode="drop")

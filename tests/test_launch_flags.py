@@ -28,6 +28,7 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--kv-layer-groups", "x"], "argument --kv-layer-groups: expected a number of groups"),
         (["--kv-score-window", "0"], "argument --kv-score-window: must be at least 1, got 0"),
         (["--kv-score-window", "x"], "argument --kv-score-window: must be a whole number of queries, got 'x'"),
+        (["--kv-decode", "drop"], "argument --kv-decode: invalid choice: 'drop'"),
         (["--structkv-kv-ratio", "0.3"], "error: --structkv-kv-ratio needs --structkv"),
         (["--structkv", "--structkv-prefill-ratio", "0"], "argument --structkv-prefill-ratio: must be in (0, 1], got 0"),
         (["--structkv", "--structkv-pivot", "x"], "argument --structkv-pivot: must be 'auto' or a layer index >= 1"),

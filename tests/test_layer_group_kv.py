@@ -49,19 +49,20 @@ def grouped_layout(budgets, group_slots=None, layers=LAYERS):
 
 
 def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, budgets=None,
-                 group_slots=None, score_window=None, **options):
+                 group_slots=None, score_window=None, compress_decode=True, **options):
     """A layer-group pool (one layer per group), its allocator and view table, and req_to_token."""
     if budgets is None:
         budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
     pool = make_pool(layout=grouped_layout(budgets, group_slots))
-    allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False, budgets=budgets)
+    allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False, budgets=budgets,
+                                    compress_decode=compress_decode)
     req_to_token = torch.zeros((ROWS, CONTEXT), dtype=torch.int32)
 
     def drop(row, group, positions):
         allocator.drop(group, req_to_token[row, positions])
 
     pool.views = KVViewTable(get_policy(policy, **options), budgets, window, drop, slack=2, roles_of=roles_of,
-                             score_window=score_window)
+                             score_window=score_window, compress_decode=compress_decode)
     return pool, allocator, req_to_token
 
 
@@ -260,6 +261,31 @@ def test_every_policy_compresses_private_tokens_to_its_capacity(policy):
         # At most capacity + slack (the policy runs once the private tokens pass that).
         assert private.numel() <= capacity(0.5, 12, 4, get_policy(policy).reserved_tokens) + 2
         assert (private[-4:] == torch.arange(length - 4, length)).all()
+    allocator.free(req_to_token[3, :length].long())
+    pool.views.release(3)
+    assert allocator.available_size() == SLOTS and allocator.check_slots() == []
+
+
+@pytest.mark.parametrize("policy", ["snapkv", "streaming-llm"])
+def test_kv_decode_keep_compresses_the_prompt_and_keeps_every_generated_token(policy):
+    pool, allocator, req_to_token = make_grouped(policy, 0.5, compress_decode=False)
+    backend = backend_for(pool, req_to_token)
+    generator = torch.Generator().manual_seed(11)
+    ids = allocator.alloc(32)
+    req_to_token[3, :32] = ids
+    run_layers(backend, forward_batch([3], [32], [32], ids), 32, generator)
+    assert [allocator.group_used_slots(g) for g in range(2)] == [16, 16]  # the prompt: compressed as ever
+    length = 32
+    for _ in range(12):
+        step = allocator.alloc(1)
+        req_to_token[3, length] = step
+        length += 1
+        run_layers(backend, forward_batch([3], [length], [1], step, decode=True), 1, generator, decode=True)
+    for g in range(2):
+        held = pool.views.views[3].groups[g].positions(length, torch.device("cpu"))
+        assert (held[held >= 32] == torch.arange(32, length)).all()  # all 12 generated tokens
+        assert allocator.group_used_slots(g) == 16 + 12
+    assert allocator.decode_growth(0, 100) == 100  # admission charges every generated token
     allocator.free(req_to_token[3, :length].long())
     pool.views.release(3)
     assert allocator.available_size() == SLOTS and allocator.check_slots() == []

@@ -145,6 +145,9 @@ class KVViewTable:
         Frees a group's slots of a row's positions.
     slack : int
         During decode, compress once a group's private tokens exceed capacity by this many.
+    compress_decode : bool
+        Whether decode steps compress the generated tokens (``--kv-decode compress``); when False
+        (``keep``) only extend passes compress, so every generated token stays.
     roles_of : RolesFn, optional
         Roles of a row's positions, for policies that use roles (free text for all when omitted).
     probe_of : ProbeFn, optional
@@ -158,7 +161,8 @@ class KVViewTable:
 
     def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn,
                  slack: int = DECODE_SLACK, device: torch.device | str = "cpu", roles_of: Optional[RolesFn] = None,
-                 probe_of: Optional[ProbeFn] = None, score_window: Optional[int] = None):
+                 probe_of: Optional[ProbeFn] = None, score_window: Optional[int] = None,
+                 compress_decode: bool = True):
         self.device = torch.device(device)
         self.roles_of = roles_of
         self.probe_of = probe_of
@@ -168,6 +172,7 @@ class KVViewTable:
         self.score_window = max(1, window) if score_window is None else score_window
         self.drop = drop
         self.slack = slack
+        self.compress_decode = compress_decode
         self.views: dict[int, RequestView] = {}
         self.peak_requests = 0
         self.compresses = any(b < 1.0 for b in self.group_budgets)
@@ -237,7 +242,7 @@ class KVViewTable:
             if probe.drop_group in (group, ALL_GROUPS):
                 self._drop_role(row, group, seq_len, probe.drop_role)
             return
-        if not self.compresses:
+        if not self.compresses or not (is_extend or self.compress_decode):
             return
         budget = self.group_budgets[group]
         private = seq_len - request.shared_upto

@@ -198,6 +198,9 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
     growth_overhead : int
         Fixed slots a request's decode may hold above ``b_g`` of its tokens in a group (window,
         reserved tokens, compression slack).
+    compress_decode : bool
+        Whether decode compresses generated tokens (``--kv-decode compress``); when False every
+        decoded token keeps its slot in every group.
     prefill_chunk : int, optional
         The most tokens one prefill pass writes (``--chunked-prefill-size``); None when chunked
         prefill is off.
@@ -205,7 +208,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
 
     def __init__(self, pool: LayerGroupMHAKVPool, dtype: torch.dtype, device: str, need_sort: bool,
                  budgets: Optional[Sequence[float]] = None, growth_overhead: int = 0,
-                 prefill_chunk: Optional[int] = None):
+                 prefill_chunk: Optional[int] = None, compress_decode: bool = True):
         layout = pool.layout
         budgets = [1.0] * layout.num_groups if budgets is None else list(budgets)
         if len(budgets) != layout.num_groups:
@@ -213,6 +216,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         self.pool = pool
         self.budgets = budgets
         self.growth_overhead = growth_overhead
+        self.compress_decode = compress_decode
         self.prefill_chunk = prefill_chunk
         self.peak_group_used = [0] * layout.num_groups
         self.group_allocators = [
@@ -231,8 +235,11 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
 
         The group keeps about ``b_g`` of the decoded tokens plus a fixed overhead (the window, the
         policy's reserved tokens, the compression slack): ``min(n, b_g * n + overhead)``. Admission
-        reserves this for decode growth in the group instead of ``n``.
+        reserves this for decode growth in the group instead of ``n``; ``n`` when decode keeps
+        every generated token.
         """
+        if not self.compress_decode:
+            return new_tokens
         return min(new_tokens, self.budgets[group] * new_tokens + self.growth_overhead)
 
     def prompt_peak(self, group: int, prompt_tokens: int) -> float:

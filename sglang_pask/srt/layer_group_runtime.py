@@ -172,7 +172,7 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
         state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False, budgets=state.budgets,
         growth_overhead=0 if min(state.budgets) >= 1.0
         else state.config.kv_window + state.policy.reserved_tokens + slack,
-        prefill_chunk=_prefill_chunk(),
+        prefill_chunk=_prefill_chunk(), compress_decode=state.config.kv_decode == "compress",
     )
     req_to_token = req_to_token_pool.req_to_token
 
@@ -183,6 +183,7 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
     state.requests = RequestRoles()
     state.views = KVViewTable(state.policy, state.budgets, state.config.kv_window, drop, slack=slack,
                               score_window=state.config.kv_score_window,
+                              compress_decode=state.config.kv_decode == "compress",
                               device=req_to_token.device, roles_of=state.requests.roles_of,
                               probe_of=state.requests.probe_of)
     state.pool.views = state.views
