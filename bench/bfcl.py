@@ -61,7 +61,7 @@ from sglang_pask.bfcl.report import (
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
 from sglang_pask.server_process import ServerProcess
 
-from bench.common import git_commit
+from bench.common import exit_on_sigterm, git_commit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 GRAMMARS: dict[str, Callable[[BfclItem], str] | None] = {"regex": item_regex, "ebnf": item_ebnf, "none": None}
@@ -533,4 +533,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     sys.exit(main())

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import shlex
+import signal
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,17 @@ def git_commit() -> str:
     if not commit:
         return "unknown"
     return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into ``SystemExit(143)``, so a benchmark stopped with ``kill`` still runs its
+    ``finally`` blocks: the servers it started are stopped (and continued first, if it froze them)
+    instead of being left behind holding memory. Call from the main thread, before any server starts."""
+
+    def raise_exit(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, raise_exit)
 
 
 def run_header(prog: str, argv: Sequence[str] | None) -> dict[str, Any]:

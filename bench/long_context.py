@@ -51,7 +51,7 @@ from typing import Any, Optional, Sequence
 import requests
 from tqdm import tqdm
 
-from bench.common import markdown_header, run_header
+from bench.common import exit_on_sigterm, markdown_header, run_header
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
 TASKS: tuple[str, ...] = ("niah", "vt")
@@ -329,4 +329,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     raise SystemExit(main())

@@ -37,7 +37,7 @@ import requests
 from tqdm import tqdm
 
 from bench.bfcl import configurations, parse_budgets, select_items
-from bench.common import run_header
+from bench.common import exit_on_sigterm, run_header
 from sglang_pask.bfcl.data import AST_CATEGORIES
 from sglang_pask.bfcl.grammar import item_ebnf
 from sglang_pask.bfcl.prompt import build_messages
@@ -207,4 +207,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     raise SystemExit(main())

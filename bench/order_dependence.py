@@ -25,7 +25,7 @@ import requests
 from tqdm import tqdm
 
 from bench.bfcl import ask, select_items, served_model, server_flags
-from bench.common import run_header
+from bench.common import exit_on_sigterm, run_header
 from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem
 
 
@@ -113,4 +113,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    exit_on_sigterm()
     raise SystemExit(main())

@@ -1,8 +1,12 @@
-"""``bench/common.py``: the header every result file starts with."""
+"""``bench/common.py``: the header every result file starts with, and a clean exit on SIGTERM."""
 
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
 
 from bench.common import markdown_header, run_header
 
@@ -24,3 +28,23 @@ def test_markdown_header_lists_the_run_header():
     assert "- command: `python -m bench.long_context --lengths 2048`" in lines
     assert f"- date: {header['date']}" in lines and f"- commit: {header['commit']}" in lines
     assert f"nproc {header['machine']['nproc']}" in text and text.endswith("\n\n")
+
+
+def test_sigterm_runs_the_benchmarks_finally_blocks(tmp_path):
+    marker = tmp_path / "stopped"
+    script = (
+        "import sys, time\n"
+        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})\n"
+        "from bench.common import exit_on_sigterm\n"
+        "exit_on_sigterm()\n"
+        "try:\n"
+        "    print('ready', flush=True)\n"
+        "    time.sleep(60)\n"
+        "finally:\n"
+        f"    open({str(marker)!r}, 'w').write('servers stopped')\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "ready"
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 143
+    assert marker.read_text() == "servers stopped"
