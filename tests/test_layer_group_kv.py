@@ -105,6 +105,16 @@ def run_layers(backend, batch, tokens: int, generator, decode=False):
     return results
 
 
+def decode_steps(backend, allocator, req_to_token, row: int, length: int, steps: int, generator) -> int:
+    """Decode ``steps`` tokens for ``row`` (one slot each, every layer run); returns the new length."""
+    for _ in range(steps):
+        step = allocator.alloc(1)
+        req_to_token[row, length] = step
+        length += 1
+        run_layers(backend, forward_batch([row], [length], [1], step, decode=True), 1, generator, decode=True)
+    return length
+
+
 def test_config_lists_every_registered_policy():
     assert set(KV_POLICIES) == set(available_policies())
 
@@ -248,12 +258,7 @@ def test_every_policy_compresses_private_tokens_to_its_capacity(policy):
         assert pool.views.views[3].groups[g].kept.numel() == 16
         assert allocator.group_used_slots(g) == 16
     # Decode: private decode tokens are compressed once they pass capacity + slack.
-    length = 32
-    for _ in range(12):
-        step = allocator.alloc(1)
-        req_to_token[3, length] = step
-        length += 1
-        run_layers(backend, forward_batch([3], [length], [1], step, decode=True), 1, generator, decode=True)
+    length = decode_steps(backend, allocator, req_to_token, 3, 32, 12, generator)
     assert pool.views.views[3].shared_upto == 32
     for g in range(2):
         private = pool.views.views[3].groups[g].positions(length, torch.device("cpu"))
@@ -275,12 +280,7 @@ def test_kv_decode_keep_compresses_the_prompt_and_keeps_every_generated_token(po
     req_to_token[3, :32] = ids
     run_layers(backend, forward_batch([3], [32], [32], ids), 32, generator)
     assert [allocator.group_used_slots(g) for g in range(2)] == [16, 16]  # the prompt: compressed as ever
-    length = 32
-    for _ in range(12):
-        step = allocator.alloc(1)
-        req_to_token[3, length] = step
-        length += 1
-        run_layers(backend, forward_batch([3], [length], [1], step, decode=True), 1, generator, decode=True)
+    length = decode_steps(backend, allocator, req_to_token, 3, 32, 12, generator)
     for g in range(2):
         held = pool.views.views[3].groups[g].positions(length, torch.device("cpu"))
         assert (held[held >= 32] == torch.arange(32, length)).all()  # all 12 generated tokens
