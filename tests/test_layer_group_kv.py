@@ -280,7 +280,10 @@ def test_kv_decode_keep_compresses_the_prompt_and_keeps_every_generated_token(po
     req_to_token[3, :32] = ids
     run_layers(backend, forward_batch([3], [32], [32], ids), 32, generator)
     assert [allocator.group_used_slots(g) for g in range(2)] == [16, 16]  # the prompt: compressed as ever
+    decode_scores = []
+    pool.views.add_scores = lambda *args: decode_scores.append(args)
     length = decode_steps(backend, allocator, req_to_token, 3, 32, 12, generator)
+    assert decode_scores == []  # nothing would read them: decode scores nothing
     for g in range(2):
         held = pool.views.views[3].groups[g].positions(length, torch.device("cpu"))
         assert (held[held >= 32] == torch.arange(32, length)).all()  # all 12 generated tokens

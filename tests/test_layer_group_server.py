@@ -183,3 +183,28 @@ def test_pool_usage_is_in_the_prometheus_metrics(snapkv_server):
                  "sglang_pask:kv_pool_full_equivalent_bytes", "sglang_pask:kv_pool_running_requests"):
         assert name in text, name
     assert 'group="0-0"' in text and 'group="1-1"' in text
+
+
+def test_kv_decode_keep_holds_every_generated_token_and_frees_every_slot(tiny_model_dir, tmp_path):
+    from sglang_pask.policy import capacity
+
+    server = start(tiny_model_dir, tmp_path / "keep.log", "snapkv", "--kv-decode", "keep", "--disable-radix-cache")
+    try:
+        for i in range(3):
+            result = generate(server, SYSTEM + " ".join(WORDS[: 5 + 4 * i]), max_new_tokens=40, ignore_eos=True)
+            meta = result["meta_info"]
+            prompt, generated = meta["prompt_tokens"], meta["completion_tokens"]
+            assert generated == 40
+            stats = meta["kv_stats"]
+            answer_in_cache = stats["full_tokens"] - prompt  # the last sampled token is never written
+            assert answer_in_cache == generated - 1
+            # The prompt compressed after prefill as ever; none of the answer dropped.
+            assert stats["kept_tokens"] == [capacity(0.33, prompt, 4) + answer_in_cache] * 2, (prompt, stats)
+        info = requests.get(f"{server.url}/server_info", timeout=30).json()
+        assert info["internal_states"][0]["sglang_pask"]["kv_decode"] == "keep"
+        wait_idle_and_flush(server)
+        after = pool_usage(server)
+        assert after["tokens_in_use"] == 0 and [g["slots_in_use"] for g in after["groups"]] == [0, 0]
+        assert "Traceback" not in server.log_path.read_text()
+    finally:
+        server.stop()

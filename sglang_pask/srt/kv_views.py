@@ -182,6 +182,11 @@ class KVViewTable:
         """Whether the backend must compute attention scores for the policy."""
         return self.compresses and self.policy.needs_scores
 
+    def scores_needed(self, is_extend: bool) -> bool:
+        """Whether this step's scores can ever be read: :attr:`needs_scores`, and for a decode step
+        only while decode compresses (with ``--kv-decode keep`` nothing after the prefill reads them)."""
+        return self.needs_scores and (is_extend or self.compress_decode)
+
     def score_queries(self, extend_len: int) -> int:
         """How many of an extend pass's newest queries score the keys."""
         return min(extend_len, self.score_window) if self.policy.scores_from_window else extend_len

@@ -81,7 +81,7 @@ class LayerGroupTorchNativeAttnBackend(LayerGroupReads, TorchNativeAttnBackend):
         group = self._layer_group(layer)
         k_cache = pool.get_key_buffer(layer.layer_id)
         v_cache = pool.get_value_buffer(layer.layer_id)
-        score = self._scores_needed(prune)
+        score = self._scores_needed(prune, is_extend)
         counts = prune.counts if prune is not None else [new for _, _, _, new in self._batch]
         start = 0
         for index, ((_, _, prefix_len, _), (positions, physical), new) in enumerate(

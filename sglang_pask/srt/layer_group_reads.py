@@ -86,10 +86,10 @@ class LayerGroupReads:
         self._reads[group] = lists
         return lists
 
-    def _scores_needed(self, prune: Optional[StructKVPass]) -> bool:
+    def _scores_needed(self, prune: Optional[StructKVPass], is_extend: bool) -> bool:
         """Whether the policy's scores must be computed in this forward."""
         assert self.views is not None
-        return self.views.needs_scores and (prune is None or prune.feeds_policy_scores())
+        return self.views.scores_needed(is_extend) and (prune is None or prune.feeds_policy_scores())
 
     def _probe_wants_distortion(self, row: int, is_extend: bool) -> bool:
         assert self.views is not None

@@ -111,7 +111,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         finally:
             assert self._stock_metadata is not None
             self.forward_metadata = self._stock_metadata
-        score = self._scores_needed(None)
+        score = self._scores_needed(None, is_extend)
         observed = score or any(self._probe_wants_distortion(row, is_extend) for row, _, _, _ in self._batch)
         if observed:
             self._observe_layer(q, layer, group, is_extend, score)
