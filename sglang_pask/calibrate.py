@@ -14,8 +14,10 @@ off so that no request reads another's prompt) and the layer groups to calibrate
    * Screening: every role with at least ``--min-role-share`` of the tokens is dropped in every layer
      group at once (probe ``drop_group: "all"``): ``s_all[r]``.
    * Per group: each role with ``s_all[r] > 0`` is dropped in one group at a time, everything else
-     kept (probe ``drop_group: g``): ``s[g, r]``. A role that only hurts when every group drops it
-     (``s[g, r] = 0`` for all ``g``) gets ``s[g, r] = s_all[r] / num_groups`` in every group.
+     kept (probe ``drop_group: g``): ``s[g, r]``. Every group then carries at least an even share of
+     the joint sensitivity, ``s[g, r] = max(s[g, r], s_all[r] / num_groups)``: online every group
+     compresses at once, and with few items a group's own probe often measures 0 (the other groups
+     still hold the role) where dropping it everywhere does not.
      Roles the screening found harmless are not probed per group: ``s[g, r] = 0``.
 3. **Policy:**
 
@@ -25,6 +27,16 @@ off so that no request reads another's prompt) and the layer groups to calibrate
      (``s[g, r] / frequency_r``) get floor 1 while the protected share of tokens (by the calibration
      data's role frequencies) stays within ``--max-protected-share`` of the group's budget; the first
      role that does not fit gets the floor that fills it exactly, later ones 0.
+   * the frequencies are those of the tokens the server will compress (``--kv-decode``, as the
+     server's flag): with ``compress``, prompt and answer tokens; with ``keep``, the prompt's only.
+     Under ``keep`` an answer role costs nothing to protect (decode drops no answer token), so it
+     takes no room from the prompt roles.
+
+``--refit FILE`` recomputes the floors and shares of an existing policy file from the measurements it
+records (sensitivities, distortion, items), for another ``--budget``, ``--max-protected-share`` or
+``--kv-decode``, without a server and in seconds. Under ``keep`` it tags the recorded items' prompts
+offline with the function the server uses (:func:`~sglang_pask.structure.tag_prompt_ids`); the
+distortion stays the one measured at the source's budget (recorded as ``distortion_budget``).
 
 The file (:mod:`sglang_pask.policy.pask_file`) records the model, the groups, the floors, the
 shares, the role frequencies and everything measured, with the command, date and items. Calibration
@@ -48,7 +60,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from sglang_pask.config import DEFAULT_KV_WINDOW, LayerGroupSpec
+from sglang_pask.config import DEFAULT_KV_WINDOW, KV_DECODE_MODES, LayerGroupSpec
 
 PROG = "python -m sglang_pask.calibrate"
 # Probe answers may run this many tokens past the item's full-KV answer (see main()).
@@ -61,9 +73,18 @@ class ItemRun:
 
     item_id: str
     valid: bool
-    roles: list[str]
+    prompt_roles: list[str]
+    answer_roles: list[str]
     distortion: Optional[list[float]]
     answer_tokens: int
+
+
+def role_shares(counts: Counter) -> list[float]:
+    """``(NUM_ROLES,)`` share of each role (by :class:`Role` value) in ``counts`` (role label -> count)."""
+    from sglang_pask.structure.roles import Role
+
+    total = sum(counts.values())
+    return [counts.get(role.label, 0) / total if total else 0.0 for role in Role]
 
 
 def floors_from_sensitivity(sensitivity: list[list[float]], frequencies: list[float], budgets: list[float],
@@ -105,7 +126,7 @@ def floors_from_sensitivity(sensitivity: list[list[float]], frequencies: list[fl
 
 
 def spread_joint_sensitivity(per_group: list[list[float]], joint: list[float]) -> list[list[float]]:
-    """Per-group sensitivities, with joint-only roles spread over the groups (module docstring, step 2).
+    """Per-group sensitivities, each at least an even share of the joint one (module docstring, step 2).
 
     Parameters
     ----------
@@ -117,16 +138,10 @@ def spread_joint_sensitivity(per_group: list[list[float]], joint: list[float]) -
     Returns
     -------
     list[list[float]]
-        ``(num_groups, num_roles)``: ``per_group``, except that a role with ``joint > 0`` and zero
-        sensitivity in every group gets ``joint / num_groups`` in each.
+        ``(num_groups, num_roles)``: ``max(per_group[g][r], joint[r] / num_groups)``.
     """
     groups = len(per_group)
-    spread = [list(row) for row in per_group]
-    for role, together in enumerate(joint):
-        if together > 0 and all(row[role] <= 0 for row in per_group):
-            for row in spread:
-                row[role] = together / groups
-    return spread
+    return [[max(s, together / groups) for s, together in zip(row, joint)] for row in per_group]
 
 
 def shares_from_distortion(distortion: list[float], layers_per_group: list[int]) -> list[float]:
@@ -156,6 +171,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="floors protect at most this share of a group's budget (default: 0.6)")
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length cap (default: 128)")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default: 4)")
+    parser.add_argument("--kv-decode", choices=KV_DECODE_MODES, default="compress",
+                        help="the server's --kv-decode the policy is for: 'keep' fits the floors to the prompt's "
+                             "roles only (default: compress)")
+    parser.add_argument("--refit", metavar="POLICY", default=None,
+                        help="recompute floors and shares from the measurements recorded in POLICY (no server)")
     parser.add_argument("--server-args", default="", help="extra server flags, one quoted string")
     return parser
 
@@ -179,6 +199,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         groups_spec = LayerGroupSpec.parse(args.kv_layer_groups)
     except ValueError as err:
         _fail(str(err))
+    if args.refit is not None:
+        return refit(args, argv)
 
     import requests
     from tqdm import tqdm
@@ -190,7 +212,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from sglang_pask.bfcl.prompt import build_messages
     from sglang_pask.bfcl.split import split_items
     from sglang_pask.default_model import ensure_default_model
-    from sglang_pask.policy.pask import PaskTable
     from sglang_pask.policy.pask_file import save_policy_file, table_to_json
     from sglang_pask.server_process import ServerProcess
     from sglang_pask.structure.roles import Role
@@ -208,7 +229,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                for item in items}
     started = time.time()
     flags = ["--model-path", model_path, "--kv-policy", "full", "--kv-layer-groups", str(groups_spec),
-             "--kv-window", str(args.kv_window), "--disable-radix-cache", *shlex.split(args.server_args)]
+             "--kv-window", str(args.kv_window), "--kv-decode", args.kv_decode, "--disable-radix-cache",
+             *shlex.split(args.server_args)]
     log_path = Path(tempfile.mkdtemp(prefix="sglang-pask-calibrate-")) / "server.log"
     print(f"server log: {log_path}", file=sys.stderr)
     answer_cap: dict[str, int] = {}
@@ -223,63 +245,61 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             response.raise_for_status()
             data = response.json()
             meta = data["meta_info"]
-            return ItemRun(item.id, check(item, data["text"]).valid, meta["kv_prompt_roles"] + meta["kv_roles"],
+            return ItemRun(item.id, check(item, data["text"]).valid, meta["kv_prompt_roles"], meta["kv_roles"],
                            meta["kv_stats"].get("distortion"), meta["completion_tokens"])
 
-        def run_all(probe: dict, bar: Any, subset: Sequence[Any]) -> list[ItemRun]:
+        def run_all(probes: Sequence[dict], bar: Any, subset: Sequence[Any]) -> list[list[ItemRun]]:
+            """Every item of ``subset`` under every probe, all in one queue (no probe waits for the
+            last item of the one before); ``(len(probes), len(subset))`` runs."""
             with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
-                futures = [pool.submit(run, item, probe) for item in subset]
-                results = []
-                for future in futures:
-                    results.append(future.result())
-                    bar.update(1)
-            return results
+                futures = [[pool.submit(run, item, probe) for item in subset] for probe in probes]
+                for row in futures:
+                    for future in row:
+                        future.add_done_callback(lambda _: bar.update(1))
+                return [[future.result() for future in row] for row in futures]
 
-        def error_rate(probe: dict, bar: Any) -> float:
-            """Share of the sensitivity items whose answer the probe turns incorrect."""
-            runs = run_all(probe, bar, sensitivity_items)
-            return sum(baseline_valid[r.item_id] and not r.valid for r in runs) / len(runs)
+        def error_rates(probes: Sequence[dict], bar: Any) -> list[float]:
+            """Per probe, the share of the sensitivity items whose answer it turns incorrect."""
+            return [sum(baseline_valid[r.item_id] and not r.valid for r in runs) / len(runs)
+                    for runs in run_all(probes, bar, sensitivity_items)]
 
         with tqdm(total=len(items), desc="baseline (full KV)", file=sys.stderr) as bar:
-            base = run_all({"distortion_budget": args.budget}, bar, items)
+            base = run_all([{"distortion_budget": args.budget}], bar, items)[0]
         baseline_valid = {r.item_id: r.valid for r in base}
         # A probe's answer gets the room of the full-KV answer plus a margin: an answer that runs
         # past it is almost surely wrong, and runaway answers would otherwise dominate the time.
         answer_cap.update({r.item_id: min(args.max_tokens, r.answer_tokens + PROBE_ANSWER_MARGIN) for r in base})
         sensitivity_items = [item for item in items if baseline_valid[item.id]] or items
-        counts = Counter(label for run_ in base for label in run_.roles)
-        total = sum(counts.values())
-        frequencies = [counts.get(role.label, 0) / total for role in Role]
-        probed = [role for role in Role if frequencies[role] >= args.min_role_share]
+        prompt_counts = Counter(label for run_ in base for label in run_.prompt_roles)
+        all_counts = prompt_counts + Counter(label for run_ in base for label in run_.answer_roles)
+        frequencies_by_mode = {"compress": role_shares(all_counts), "keep": role_shares(prompt_counts)}
+        # Only roles the server will compress are probed: under keep, no answer role.
+        probed = [role for role in Role if frequencies_by_mode[args.kv_decode][role] >= args.min_role_share]
         accuracy_full = sum(r.valid for r in base) / len(base)
         joint = [0.0] * len(Role)
         with tqdm(total=len(sensitivity_items) * len(probed), desc="screening (role in every group)",
                   file=sys.stderr) as bar:
-            for role in probed:
-                joint[role] = error_rate({"drop_group": "all", "drop_role": role.label}, bar)
+            rates = error_rates([{"drop_group": "all", "drop_role": role.label} for role in probed], bar)
+            for role, rate in zip(probed, rates):
+                joint[role] = rate
         sensitive = [role for role in probed if joint[role] > 0]
         per_group = [[0.0] * len(Role) for _ in ranges]
         with tqdm(total=len(sensitivity_items) * len(sensitive) * len(ranges), desc="sensitivity (group, role)",
                   file=sys.stderr) as bar:
-            for g in range(len(ranges)):
-                for role in sensitive:
-                    per_group[g][role] = error_rate({"drop_group": g, "drop_role": role.label}, bar)
+            pairs = [(g, role) for g in range(len(ranges)) for role in sensitive]
+            rates = error_rates([{"drop_group": g, "drop_role": role.label} for g, role in pairs], bar)
+            for (g, role), rate in zip(pairs, rates):
+                per_group[g][role] = rate
     distortion = [sum(r.distortion[g] for r in base) / len(base) for g in range(len(ranges))]
     layers = [len(r) for r in ranges]
-    shares = shares_from_distortion(distortion, layers)
-    sensitivity = spread_joint_sensitivity(per_group, joint)
-    probe_table = PaskTable(floors=tuple(tuple(0.0 for _ in Role) for _ in ranges), residual_shares=tuple(shares),
-                            layers_per_group=tuple(layers), role_frequencies=tuple(frequencies))
-    budgets = probe_table.group_budgets(args.budget)
-    floors = floors_from_sensitivity(sensitivity, frequencies, budgets, args.max_protected_share)
-    table = PaskTable(floors=tuple(tuple(row) for row in floors), residual_shares=tuple(shares),
-                      layers_per_group=tuple(layers), role_frequencies=tuple(frequencies))
     calibration = {
-        "command": PROG + " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+        "command": _command_line(argv),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "split": "calib",
         "items": [item.id for item in items],
         "budget": args.budget,
+        "distortion_budget": args.budget,
+        "kv_decode": args.kv_decode,
         "window": args.kv_window,
         "max_tokens": args.max_tokens,
         "probe_answer_margin": PROBE_ANSWER_MARGIN,
@@ -292,11 +312,136 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "max_protected_share": args.max_protected_share,
         "distortion": distortion,
         "probed_roles": [role.label for role in probed],
+        "role_frequencies_by_decode_mode": {mode: dict(zip((r.label for r in Role), shares))
+                                            for mode, shares in frequencies_by_mode.items()},
         "elapsed_s": round(time.time() - started, 1),
     }
+    table = policy_table(per_group, joint, distortion, layers, frequencies_by_mode[args.kv_decode], args.budget,
+                         args.max_protected_share)
     save_policy_file(args.out, table_to_json(table, Path(model_path).name, ranges, calibration))
     print(f"wrote {args.out}: full-KV accuracy {accuracy_full:.3f} on {len(items)} items, "
-          f"{len(probed)} roles screened, {len(sensitive)} x {len(ranges)} groups probed, shares {[round(s, 3) for s in shares]}")
+          f"{len(probed)} roles screened, {len(sensitive)} x {len(ranges)} groups probed, "
+          f"shares {[round(x, 3) for x in table.residual_shares]}")
+    return 0
+
+
+def _command_line(argv: Optional[Sequence[str]]) -> str:
+    return PROG + " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+
+
+def policy_table(per_group: list[list[float]], joint: list[float], distortion: list[float], layers: list[int],
+                 frequencies: list[float], budget: float, max_protected_share: float) -> "PaskTable":
+    """The PASK table from the measurements (module docstring, step 3).
+
+    Parameters
+    ----------
+    per_group : list[list[float]]
+        ``(num_groups, NUM_ROLES)`` sensitivity of dropping a role in one group.
+    joint : list[float]
+        ``(NUM_ROLES,)`` sensitivity of dropping a role in every group.
+    distortion : list[float]
+        ``(num_groups,)`` attention-output distortion.
+    layers : list[int]
+        ``(num_groups,)`` layers per group.
+    frequencies : list[float]
+        ``(NUM_ROLES,)`` role shares of the tokens the server compresses (``--kv-decode``).
+    budget, max_protected_share : float
+        The total budget the floors must fit, and their limit within a group's budget.
+    """
+    from sglang_pask.policy.pask import PaskTable
+
+    shares = shares_from_distortion(distortion, layers)
+    zero = tuple(tuple(0.0 for _ in frequencies) for _ in layers)
+    budgets = PaskTable(floors=zero, residual_shares=tuple(shares), layers_per_group=tuple(layers),
+                        role_frequencies=tuple(frequencies)).group_budgets(budget)
+    floors = floors_from_sensitivity(spread_joint_sensitivity(per_group, joint), frequencies, budgets,
+                                     max_protected_share)
+    return PaskTable(floors=tuple(tuple(row) for row in floors), residual_shares=tuple(shares),
+                     layers_per_group=tuple(layers), role_frequencies=tuple(frequencies))
+
+
+def prompt_role_shares(item_ids: Sequence[str], model_path: str) -> list[float]:
+    """``(NUM_ROLES,)`` role shares of the BFCL prompts of ``item_ids``, tagged as the server tags them."""
+    from transformers import AutoTokenizer
+
+    from sglang_pask.bfcl.data import AST_CATEGORIES, load_items
+    from sglang_pask.bfcl.prompt import build_messages
+    from sglang_pask.structure import TokenVocab, tag_prompt_ids
+    from sglang_pask.structure.roles import LABELS
+
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    vocab = TokenVocab.from_huggingface(tokenizer)
+    by_id = {item.id: item for item in load_items(AST_CATEGORIES)}
+    missing = [i for i in item_ids if i not in by_id]
+    if missing:
+        raise ValueError(f"the recorded calibration items {missing[:3]} are not in the BFCL data")
+    counts: Counter = Counter()
+    for item_id in item_ids:
+        # As the calibration and the benchmark send it: chat-template text, tokenized by the server.
+        text = tokenizer.apply_chat_template(build_messages(by_id[item_id]), tokenize=False, add_generation_prompt=True)
+        counts.update(LABELS[r] for r in tag_prompt_ids(tokenizer.encode(text), vocab))
+    return role_shares(counts)
+
+
+def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
+    """``--refit``: floors and shares recomputed from a policy file's recorded measurements."""
+    import json
+
+    from sglang_pask.default_model import ensure_default_model
+    from sglang_pask.policy.pask_file import save_policy_file, table_to_json
+    from sglang_pask.structure.roles import Role
+
+    try:
+        source = json.loads(Path(args.refit).read_text())
+        calibration = dict(source["calibration"])
+        ranges = [range(int(a), int(b) + 1) for a, b in source["layer_groups"]]
+        layers = [len(r) for r in ranges]
+        joint = [0.0] * len(Role)
+        for label, rate in calibration["error_rate_dropped_everywhere"].items():
+            joint[Role.from_label(label)] = float(rate)
+        per_group = [[0.0] * len(Role) for _ in ranges]
+        for key, rate in calibration["error_rate_dropped"].items():
+            group, label = key.split(":", 1)
+            per_group[int(group)][Role.from_label(label)] = float(rate)
+        distortion = [float(d) for d in calibration["distortion"]]
+        recorded = calibration.get("role_frequencies_by_decode_mode", {})
+        source_mode = calibration.get("kv_decode", "compress")
+        if source_mode not in recorded:
+            recorded[source_mode] = source["role_frequencies"]
+    except OSError as err:
+        _fail(f"--refit {args.refit}: cannot read it ({err.strerror})")
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        _fail(f"--refit {args.refit}: not a calibrated policy file ({type(err).__name__}: {err})")
+    if len(distortion) != len(layers) or len(per_group) != len(layers):
+        _fail(f"--refit {args.refit}: its distortion lists {len(distortion)} groups, its layer groups {len(layers)}")
+    model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
+    if Path(model_path).name != source.get("model", {}).get("name"):
+        _fail(f"--refit {args.refit}: calibrated for model {source.get('model', {}).get('name')!r}, "
+              f"not {Path(model_path).name!r}")
+    if args.kv_decode in recorded:
+        frequencies = [float(recorded[args.kv_decode].get(role.label, 0.0)) for role in Role]
+    elif args.kv_decode == "keep":
+        frequencies = prompt_role_shares(calibration["items"], model_path)
+    else:
+        _fail(f"--refit {args.refit}: calibrated with --kv-decode {source_mode}; its answer-token roles were not "
+              f"recorded, so it cannot be refitted for --kv-decode compress (calibrate again)")
+    table = policy_table(per_group, joint, distortion, layers, frequencies, args.budget, args.max_protected_share)
+    calibration.update({
+        "refit_of": {"file": str(args.refit), "command": calibration.get("command"), "date": calibration.get("date")},
+        "command": _command_line(argv),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "budget": args.budget,
+        "distortion_budget": calibration.get("distortion_budget", calibration.get("budget")),
+        "kv_decode": args.kv_decode,
+        "max_protected_share": args.max_protected_share,
+    })
+    calibration["role_frequencies_by_decode_mode"] = {
+        **{mode: dict(shares) for mode, shares in recorded.items()},
+        args.kv_decode: dict(zip((r.label for r in Role), frequencies)),
+    }
+    save_policy_file(args.out, table_to_json(table, source["model"]["name"], ranges, calibration))
+    print(f"wrote {args.out}: refitted from {args.refit} for --kv-decode {args.kv_decode}, budget {args.budget}, "
+          f"max protected share {args.max_protected_share}")
     return 0
 
 

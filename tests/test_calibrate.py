@@ -8,9 +8,43 @@ import sys
 
 import pytest
 
-from sglang_pask.calibrate import floors_from_sensitivity, shares_from_distortion, spread_joint_sensitivity
+from sglang_pask.calibrate import (floors_from_sensitivity, policy_table, shares_from_distortion,
+                                   spread_joint_sensitivity)
 from sglang_pask.policy import load_policy_file
 from sglang_pask.policy.pask import NUM_ROLES
+from sglang_pask.policy.pask_file import table_to_json
+from sglang_pask.structure.roles import LABELS, Role
+
+
+def calibrate(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True,
+                          timeout=900)
+
+
+def measured_policy(tmp_path, model_name: str = "m") -> tuple:
+    """A policy file as a calibration writes it, on made-up measurements over two groups of 2 layers.
+
+    Under compress, the answer's func_name (scarce and very sensitive) is a tenth of the tokens;
+    under keep, it is no token of the prompt at all.
+    """
+    joint = {"func_name": 0.5, "user_question": 0.5, "system_text": 0.25, "boundary": 0.25}
+    per_group = {"0:func_name": 0.5, "1:func_name": 0.0, "0:user_question": 0.0, "1:user_question": 0.5,
+                 "0:system_text": 0.25, "1:system_text": 0.0, "0:boundary": 0.0, "1:boundary": 0.25}
+    compress = {"func_name": 0.1, "user_question": 0.1, "system_text": 0.4, "boundary": 0.4}
+    keep = {"user_question": 0.1, "system_text": 0.45, "boundary": 0.45}
+    frequencies = [compress.get(label, 0.0) for label in LABELS]
+    per_group_rows = [[per_group.get(f"{g}:{label}", 0.0) for label in LABELS] for g in range(2)]
+    joint_row = [joint.get(label, 0.0) for label in LABELS]
+    table = policy_table(per_group_rows, joint_row, [0.2, 0.1], [2, 2], frequencies, 0.5, 0.6)
+    calibration = {"command": "calibrate", "date": "2026-12-01", "items": ["simple_python_1"], "budget": 0.5,
+                   "kv_decode": "compress", "error_rate_dropped_everywhere": joint,
+                   "error_rate_dropped": per_group, "distortion": [0.2, 0.1],
+                   "role_frequencies_by_decode_mode": {"compress": compress, "keep": keep}}
+    path = tmp_path / "source.json"
+    path.write_text(json.dumps(table_to_json(table, model_name, [range(0, 2), range(2, 4)], calibration)))
+    model = tmp_path / model_name
+    model.mkdir(exist_ok=True)
+    return path, model, per_group_rows, joint_row, [keep.get(label, 0.0) for label in LABELS]
 
 
 def test_floors_protect_the_most_sensitive_roles_per_token_within_the_limit():
@@ -28,9 +62,9 @@ def test_floors_protect_the_most_sensitive_roles_per_token_within_the_limit():
     assert floors_from_sensitivity([[0.0, 0.0]], [0.5, 0.5], [0.3]) == [[0.0, 0.0]]
 
 
-def test_joint_only_sensitivity_is_spread_over_the_groups():
+def test_every_group_carries_at_least_an_even_share_of_the_joint_sensitivity():
     per_group = [[0.0, 0.5, 0.0], [0.0, 0.0, 0.0]]
-    assert spread_joint_sensitivity(per_group, [0.4, 0.5, 0.0]) == [[0.2, 0.5, 0.0], [0.2, 0.0, 0.0]]
+    assert spread_joint_sensitivity(per_group, [0.4, 0.5, 0.0]) == [[0.2, 0.5, 0.0], [0.2, 0.25, 0.0]]
 
 
 def test_shares_follow_layer_weighted_distortion():
@@ -43,6 +77,54 @@ def test_bad_arguments_exit_2():
         run = subprocess.run([sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 2 and "error" in run.stderr
+
+
+def test_refit_for_keep_fits_the_floors_to_the_prompts_roles(tmp_path):
+    source, model, per_group, joint, keep = measured_policy(tmp_path)
+    out = tmp_path / "keep.json"
+    run = calibrate("--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
+                    "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    data = json.loads(out.read_text())
+    expected = policy_table(per_group, joint, [0.2, 0.1], [2, 2], keep, 0.4, 0.6)
+    assert data["floors"] == [list(row) for row in expected.floors]
+    assert data["role_frequencies"] == dict(zip(LABELS, keep))
+    # Under keep the answer's roles cost nothing: func_name protected without taking room. Under
+    # compress the same measurements give the prompt's user_question less room in group 0.
+    compress = json.loads(source.read_text())
+    func, question = LABELS.index("func_name"), LABELS.index("user_question")
+    assert data["floors"][0][func] == 1.0
+    assert sum(f * p for f, p in zip(data["floors"][0], keep)) == pytest.approx(0.6 * expected.group_budgets(0.4)[0])
+    assert data["floors"] != compress["floors"]
+    calibration = data["calibration"]
+    assert calibration["kv_decode"] == "keep" and calibration["budget"] == 0.4
+    assert calibration["distortion_budget"] == 0.5 and calibration["refit_of"]["file"] == str(source)
+    assert calibration["error_rate_dropped"] == compress["calibration"]["error_rate_dropped"]
+    table = load_policy_file(out, 4, [range(0, 2), range(2, 4)], "m")
+    assert table.floors[1][question] == 1.0
+
+
+def test_refit_refuses_what_its_source_cannot_give(tmp_path):
+    source, model, *_ = measured_policy(tmp_path)
+    data = json.loads(source.read_text())
+    data["calibration"]["kv_decode"] = "keep"
+    del data["calibration"]["role_frequencies_by_decode_mode"]["compress"]
+    keep_only = tmp_path / "keep_only.json"
+    keep_only.write_text(json.dumps(data))
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"calibration": {}}')
+    other = tmp_path / "other-model"
+    other.mkdir()
+    for args, message in (
+        (["--refit", str(keep_only), "--model-path", str(model), "--kv-decode", "compress"], "cannot be refitted"),
+        (["--refit", str(broken), "--model-path", str(model)], "not a calibrated policy file"),
+        (["--refit", str(tmp_path / "absent.json"), "--model-path", str(model)], "cannot read it"),
+        (["--refit", str(source), "--model-path", str(other)], "calibrated for model 'm'"),
+    ):
+        run = calibrate(*args, "--out", str(tmp_path / "out.json"))
+        assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
+        assert len(run.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "out.json").exists()
 
 
 @pytest.mark.server
@@ -66,3 +148,13 @@ def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, 
     table = load_policy_file(out, 2, [range(0, 1), range(1, 2)], tiny_model_dir.name)
     assert len(table.floors) == 2 and all(len(row) == NUM_ROLES for row in table.floors)
     assert abs(sum(table.residual_shares) - 1) < 1e-9
+    # A refit for keep without the recorded prompt shares tags the prompts offline: the server's
+    # tags (recorded by the calibration) and the offline ones agree exactly.
+    recorded = calibration.pop("role_frequencies_by_decode_mode")
+    assert recorded["keep"]["template"] > 0 and recorded["keep"]["func_name"] == 0
+    out.write_text(json.dumps(data))
+    refitted = tmp_path / "keep.json"
+    run = calibrate("--refit", str(out), "--model-path", str(tiny_model_dir), "--kv-decode", "keep",
+                    "--budget", "0.5", "--out", str(refitted))
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert json.loads(refitted.read_text())["role_frequencies"] == pytest.approx(recorded["keep"])

@@ -21,7 +21,7 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 from sglang_pask.config import KV_POLICIES  # noqa: E402
 from sglang_pask.policy import PaskTable, available_policies, capacity, get_policy  # noqa: E402
 from sglang_pask.structure.roles import Role  # noqa: E402
-from sglang_pask.srt.kv_views import KVViewTable  # noqa: E402
+from sglang_pask.srt.kv_views import ALL_GROUPS, CalibrationProbe, KVViewTable  # noqa: E402
 from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend  # noqa: E402
 from sglang_pask.srt.group_sizing import group_slot_counts, virtual_slot_count  # noqa: E402
 from sglang_pask.srt.layer_group_admission import LayerGroupPrefillBudget  # noqa: E402
@@ -49,7 +49,7 @@ def grouped_layout(budgets, group_slots=None, layers=LAYERS):
 
 
 def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, budgets=None,
-                 group_slots=None, score_window=None, compress_decode=True, **options):
+                 group_slots=None, score_window=None, compress_decode=True, probe_of=None, **options):
     """A layer-group pool (one layer per group), its allocator and view table, and req_to_token."""
     if budgets is None:
         budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
@@ -62,7 +62,7 @@ def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, 
         allocator.drop(group, req_to_token[row, positions])
 
     pool.views = KVViewTable(get_policy(policy, **options), budgets, window, drop, slack=2, roles_of=roles_of,
-                             score_window=score_window, compress_decode=compress_decode)
+                             score_window=score_window, compress_decode=compress_decode, probe_of=probe_of)
     return pool, allocator, req_to_token
 
 
@@ -291,6 +291,32 @@ def test_kv_decode_keep_compresses_the_prompt_and_keeps_every_generated_token(po
     assert allocator.decode_growth(0, 100) == 100  # admission charges every generated token
     allocator.free(req_to_token[3, :length].long())
     pool.views.release(3)
+    assert allocator.available_size() == SLOTS and allocator.check_slots() == []
+
+
+@pytest.mark.parametrize("compress_decode", [True, False])
+def test_a_drop_probe_drops_generated_tokens_only_where_decode_compresses(compress_decode):
+    """A calibration probe drops its role as the server would: under --kv-decode keep, the prompt's only."""
+    def roles_of(row, positions):
+        return torch.where(positions % 3 == 0, int(Role.BOUNDARY), int(Role.FREE_TEXT))
+
+    probe = CalibrationProbe(drop_group=ALL_GROUPS, drop_role=int(Role.BOUNDARY))
+    pool, allocator, req_to_token = make_grouped("full", roles_of=roles_of, compress_decode=compress_decode,
+                                                 probe_of=lambda row: probe)
+    backend = backend_for(pool, req_to_token)
+    generator = torch.Generator().manual_seed(5)
+    ids = allocator.alloc(30)
+    req_to_token[2, :30] = ids
+    run_layers(backend, forward_batch([2], [30], [30], ids), 30, generator)
+    length = decode_steps(backend, allocator, req_to_token, 2, 30, 9, generator)
+    prompt_kept = [p for p in range(30) if p % 3]
+    generated = [p for p in range(30, length) if p % 3] if compress_decode else list(range(30, length))
+    for g in range(2):
+        held = pool.views.views[2].groups[g].positions(length, torch.device("cpu")).tolist()
+        assert held == prompt_kept + generated
+        assert allocator.group_used_slots(g) == len(held)
+    allocator.free(req_to_token[2, :length].long())
+    pool.views.release(2)
     assert allocator.available_size() == SLOTS and allocator.check_slots() == []
 
 

@@ -244,7 +244,8 @@ class KVViewTable:
         self._fold_scores(view)
         probe = request.probe
         if probe is not None and probe.drop_group is not None:
-            if probe.drop_group in (group, ALL_GROUPS):
+            # As the server would: under --kv-decode keep, decode drops no generated token.
+            if probe.drop_group in (group, ALL_GROUPS) and (is_extend or self.compress_decode):
                 self._drop_role(row, group, seq_len, probe.drop_role)
             return
         if not self.compresses or not (is_extend or self.compress_decode):
