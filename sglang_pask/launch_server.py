@@ -107,7 +107,8 @@ def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int, model_n
     from sglang_pask.policy.resolve import build_policy
 
     try:
-        policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges, model_name)
+        policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges, model_name,
+                              config.kv_decode)
     except PolicyFileError as err:
         raise ConfigError(f"--pask-policy: {err}") from None
     try:

@@ -60,7 +60,7 @@ def save_policy_file(path: str | Path, data: dict[str, Any]) -> None:
 
 
 def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[range],
-                     model_name: Optional[str] = None) -> PaskTable:
+                     model_name: Optional[str] = None, kv_decode: Optional[str] = None) -> PaskTable:
     """Read, check and convert a policy file for the served model.
 
     Parameters
@@ -73,12 +73,16 @@ def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[r
         The server's layer groups.
     model_name : str, optional
         The served model's name (its folder name); checked when given.
+    kv_decode : str, optional
+        The server's ``--kv-decode``; checked when given against the mode the file was calibrated
+        for (``calibration.kv_decode``; ``compress`` when the file does not say): its floors were
+        fitted to the tokens that mode compresses.
 
     Raises
     ------
     PolicyFileError
         If the file cannot be read, is not a version-1 policy file, is malformed, or was calibrated
-        for another model, layer count or grouping.
+        for another model, layer count, grouping or decode mode.
     """
     where = f"PASK policy file {path}"
     try:
@@ -109,6 +113,12 @@ def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[r
         raise PolicyFileError(
             f"{where}: calibrated for layer groups {[[r[0], r[-1]] for r in groups]}, the server has "
             f"{[[r[0], r[-1]] for r in layer_ranges]} (--kv-layer-groups)"
+        )
+    calibrated_mode = (data.get("calibration") or {}).get("kv_decode", "compress")
+    if kv_decode is not None and calibrated_mode != kv_decode:
+        raise PolicyFileError(
+            f"{where}: calibrated for --kv-decode {calibrated_mode}, the server runs --kv-decode {kv_decode} "
+            f"(refit it: python -m sglang_pask.calibrate --refit {path} --kv-decode {kv_decode} --out NEW.json)"
         )
     if any(len(row) != len(columns) for row in data["floors"]):
         raise PolicyFileError(f"{where}: every row of \"floors\" needs one value per entry of \"roles\"")

@@ -9,19 +9,22 @@ from .base import KVPolicy
 from .pask_file import PolicyFileError, load_policy_file
 from .registry import get_policy
 
-# Calibrated PASK policies shipped with the package, by model folder name.
+# Calibrated PASK policies shipped with the package: ``<model folder name>.json`` for
+# ``--kv-decode compress``, ``<model folder name>.keep.json`` for ``--kv-decode keep``.
 CALIBRATED_DIR = Path(__file__).parent / "calibrated"
+_SHIPPED_SUFFIX = {"compress": ".json", "keep": ".keep.json"}
 
 
-def shipped_policy_file(model_name: str) -> Optional[Path]:
-    """The shipped PASK policy file for ``model_name``, if there is one."""
-    path = CALIBRATED_DIR / f"{model_name}.json"
+def shipped_policy_file(model_name: str, kv_decode: str = "compress") -> Optional[Path]:
+    """The shipped PASK policy file for ``model_name`` served with ``--kv-decode kv_decode``, if any."""
+    path = CALIBRATED_DIR / f"{model_name}{_SHIPPED_SUFFIX[kv_decode]}"
     return path if path.is_file() else None
 
 
 def build_policy(name: str, pask_policy: Optional[str], num_layers: int, layer_ranges: Sequence[range],
-                 model_name: str) -> KVPolicy:
-    """The policy for ``--kv-policy name`` (and ``--pask-policy``) on the served model.
+                 model_name: str, kv_decode: str = "compress") -> KVPolicy:
+    """The policy for ``--kv-policy name`` (and ``--pask-policy``) on the served model, whose
+    ``--kv-decode`` is ``kv_decode``.
 
     Raises
     ------
@@ -30,10 +33,10 @@ def build_policy(name: str, pask_policy: Optional[str], num_layers: int, layer_r
     """
     if name != "pask":
         return get_policy(name)
-    path = Path(pask_policy) if pask_policy is not None else shipped_policy_file(model_name)
+    path = Path(pask_policy) if pask_policy is not None else shipped_policy_file(model_name, kv_decode)
     if path is None:
         raise PolicyFileError(
-            f"no calibrated PASK policy ships for model {model_name!r}: write one with "
-            f"python -m sglang_pask.calibrate and pass it with --pask-policy"
+            f"no calibrated PASK policy ships for model {model_name!r} with --kv-decode {kv_decode}: write one "
+            f"with python -m sglang_pask.calibrate --kv-decode {kv_decode} and pass it with --pask-policy"
         )
-    return get_policy("pask", table=load_policy_file(path, num_layers, layer_ranges, model_name))
+    return get_policy("pask", table=load_policy_file(path, num_layers, layer_ranges, model_name, kv_decode))

@@ -138,6 +138,20 @@ def test_policy_file_errors_name_the_problem(tmp_path, change, message):
         load_policy_file(path, 6, RANGES, "tiny")
 
 
+def test_a_policy_file_is_refused_for_the_other_decode_mode(tmp_path):
+    path = tmp_path / "policy.json"
+    save_policy_file(path, table_to_json(table(), "tiny", RANGES, {"kv_decode": "keep"}))
+    assert load_policy_file(path, 6, RANGES, "tiny", "keep") == table()
+    with pytest.raises(PolicyFileError, match=r"calibrated for --kv-decode keep, the server runs --kv-decode "
+                                              r"compress \(refit it: python -m sglang_pask.calibrate --refit"):
+        load_policy_file(path, 6, RANGES, "tiny", "compress")
+    # A file that does not say was calibrated with the only mode there was: compress.
+    save_policy_file(path, table_to_json(table(), "tiny", RANGES, {}))
+    assert load_policy_file(path, 6, RANGES, "tiny", "compress") == table()
+    with pytest.raises(PolicyFileError, match="calibrated for --kv-decode compress"):
+        load_policy_file(path, 6, RANGES, "tiny", "keep")
+
+
 def test_unreadable_policy_files(tmp_path):
     with pytest.raises(PolicyFileError, match="cannot read"):
         load_policy_file(tmp_path / "missing.json", 6, RANGES)
@@ -155,14 +169,15 @@ def test_pask_without_a_table_is_the_plain_fill():
     assert torch.equal(pooled.keep, get_policy("snapkv").select(positions, roles, scores, 20, 4, 64).keep)
 
 
-def test_the_shipped_policy_loads_for_the_default_model_and_fits_its_budget():
+@pytest.mark.parametrize("kv_decode", ["compress", "keep"])
+def test_the_shipped_policy_loads_for_the_default_model_and_fits_its_budget(kv_decode):
     from sglang_pask.policy.resolve import CALIBRATED_DIR, shipped_policy_file
 
-    path = shipped_policy_file("Qwen2.5-Coder-0.5B-Instruct")
+    path = shipped_policy_file("Qwen2.5-Coder-0.5B-Instruct", kv_decode)
     assert path is not None and path.parent == CALIBRATED_DIR
     data = json.loads(path.read_text())
     ranges = [range(first, last + 1) for first, last in data["layer_groups"]]
-    table = load_policy_file(path, data["model"]["num_layers"], ranges, "Qwen2.5-Coder-0.5B-Instruct")
+    table = load_policy_file(path, data["model"]["num_layers"], ranges, "Qwen2.5-Coder-0.5B-Instruct", kv_decode)
     budget = data["calibration"]["budget"]
     policy = get_policy("pask", table=table)
     budgets = policy.group_budgets(budget, len(ranges), [len(r) for r in ranges])
