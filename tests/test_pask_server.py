@@ -122,3 +122,10 @@ def test_pask_start_up_errors(tiny_model_dir, tmp_path):
     broken.write_text("{")
     malformed = launch(*model, "--kv-policy", "pask", "--pask-policy", str(broken))
     assert malformed.returncode == 2 and "not valid JSON" in malformed.stderr
+    compress_policy = write_policy(tmp_path / "compress.json", tiny_model_dir)
+    other_mode = launch(*model, "--kv-policy", "pask", "--pask-policy", str(compress_policy), "--kv-decode", "keep")
+    assert other_mode.returncode == 2 and len(other_mode.stderr.strip().splitlines()) == 1
+    assert "calibrated for --kv-decode compress, the server runs --kv-decode keep" in other_mode.stderr
+    missing_keep = launch(*model, "--kv-policy", "pask", "--kv-decode", "keep")
+    assert missing_keep.returncode == 2 and "no calibrated PASK policy ships" in missing_keep.stderr
+    assert "--kv-decode keep" in missing_keep.stderr
