@@ -369,12 +369,15 @@ def prompt_role_shares(item_ids: Sequence[str], model_path: str) -> list[float]:
     from sglang_pask.structure import TokenVocab, tag_prompt_ids
     from sglang_pask.structure.roles import LABELS
 
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
-    vocab = TokenVocab.from_huggingface(tokenizer)
     by_id = {item.id: item for item in load_items(AST_CATEGORIES)}
     missing = [i for i in item_ids if i not in by_id]
     if missing:
         raise ValueError(f"the recorded calibration items {missing[:3]} are not in the BFCL data")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"cannot load the tokenizer of {model_path} ({type(err).__name__})") from None
+    vocab = TokenVocab.from_huggingface(tokenizer)
     counts: Counter = Counter()
     for item_id in item_ids:
         # As the calibration and the benchmark send it: chat-template text, tokenized by the server.
@@ -421,7 +424,10 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     if args.kv_decode in recorded:
         frequencies = [float(recorded[args.kv_decode].get(role.label, 0.0)) for role in Role]
     elif args.kv_decode == "keep":
-        frequencies = prompt_role_shares(calibration["items"], model_path)
+        try:
+            frequencies = prompt_role_shares(list(calibration.get("items") or []), model_path)
+        except ValueError as err:
+            _fail(f"--refit {args.refit}: cannot tag its calibration prompts: {err}")
     else:
         _fail(f"--refit {args.refit}: calibrated with --kv-decode {source_mode}; its answer-token roles were not "
               f"recorded, so it cannot be refitted for --kv-decode compress (calibrate again)")

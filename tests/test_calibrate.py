@@ -111,6 +111,11 @@ def test_refit_refuses_what_its_source_cannot_give(tmp_path):
     del data["calibration"]["role_frequencies_by_decode_mode"]["compress"]
     keep_only = tmp_path / "keep_only.json"
     keep_only.write_text(json.dumps(data))
+    del data["calibration"]["role_frequencies_by_decode_mode"]["keep"]
+    data["calibration"]["kv_decode"] = "compress"
+    data["calibration"]["items"] = ["no_such_item"]
+    unknown_items = tmp_path / "unknown_items.json"
+    unknown_items.write_text(json.dumps(data))
     broken = tmp_path / "broken.json"
     broken.write_text('{"calibration": {}}')
     other = tmp_path / "other-model"
@@ -118,6 +123,8 @@ def test_refit_refuses_what_its_source_cannot_give(tmp_path):
     for args, message in (
         (["--refit", str(keep_only), "--model-path", str(model), "--kv-decode", "compress"], "cannot be refitted"),
         (["--refit", str(broken), "--model-path", str(model)], "not a calibrated policy file"),
+        (["--refit", str(unknown_items), "--model-path", str(model), "--kv-decode", "keep"],
+         "items ['no_such_item'] are not in the BFCL data"),
         (["--refit", str(tmp_path / "absent.json"), "--model-path", str(model)], "cannot read it"),
         (["--refit", str(source), "--model-path", str(other)], "calibrated for model 'm'"),
     ):
