@@ -43,6 +43,7 @@ ROLE_COLOURS: dict[str, tuple[int, int, int]] = {
     "schema_type": (230, 200, 255),
     "schema_enum": (160, 230, 230),
     "schema_description": (240, 225, 200),
+    "schema_example": (250, 200, 120),
 }
 
 

@@ -15,7 +15,9 @@ Format (``"format": "sglang-pask-policy"``, ``"version": 1``)::
     }
 
 :func:`load_policy_file` checks a file against the served model (name when known, layer count, layer
-groups) and raises :class:`PolicyFileError` naming the file and the problem.
+groups) and raises :class:`PolicyFileError` naming the file and the problem. A role the file does not
+list takes the floor of the role it refines (:data:`~sglang_pask.structure.roles.REFINES`): a file
+calibrated before the role existed counted those tokens as that role. Any other unlisted role has floor 0.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from sglang_pask.structure.roles import Role
+from sglang_pask.structure.roles import REFINES, Role
 
 from .pask import PaskTable
 
@@ -124,7 +126,8 @@ def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[r
         raise PolicyFileError(f"{where}: every row of \"floors\" needs one value per entry of \"roles\"")
     try:
         return PaskTable(
-            floors=tuple(tuple(row.get(role, 0.0) for role in Role) for row in floors_by_label),
+            floors=tuple(tuple(row.get(role, row.get(REFINES.get(role), 0.0)) for role in Role)
+                         for row in floors_by_label),
             residual_shares=shares,
             layers_per_group=tuple(len(r) for r in groups),
             role_frequencies=tuple(frequencies.get(role, 0.0) for role in Role),

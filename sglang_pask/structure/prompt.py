@@ -48,7 +48,13 @@ _RANK_TABLE = bytes(RANK[i] if i < len(RANK) else 0 for i in range(256))
 _TYPE_KEYS = frozenset({"type", "format", "pattern", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
                         "minLength", "maxLength", "minItems", "maxItems", "uniqueItems", "multipleOf",
                         "minProperties", "maxProperties"})  # fmt: skip
-_DESCRIPTION_KEYS = frozenset({"description", "title", "default", "example", "examples"})
+_DESCRIPTION_KEYS = frozenset({"description", "title"})
+_EXAMPLE_KEYS = frozenset({"default", "example", "examples"})
+_QUOTED_EXAMPLE_RE = re.compile(r"""(?<![^\W_])(?:'([^'\n]{1,80})'|\\"((?:[^"\\\n]|\\[^"\n]){1,80})\\")(?![^\W_])""")
+_MARKED_EXAMPLE_RE = re.compile(
+    r"\b(?:e\.g\.|for example|for instance|such as)[,:]?[ \t]*((?:[^.;)\n\\]|\.(?![ \t]|$)){1,80})",
+    re.IGNORECASE,
+)
 _SCHEMA_KEYS = frozenset({"items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else"})
 _SCHEMA_LIST_KEYS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
 
@@ -72,11 +78,23 @@ def _content(roles: bytearray, node: JsonNode, role: int) -> None:
             _content(roles, value, role)
 
 
-def _schema(roles: bytearray, node: JsonNode) -> None:
+def _description(text: str, roles: bytearray, node: JsonNode) -> None:
+    """``SCHEMA_DESCRIPTION`` for a description's characters, ``SCHEMA_EXAMPLE`` for its examples."""
+    _content(roles, node, Role.SCHEMA_DESCRIPTION)
+    if node.kind != "string":
+        return
+    start, end = node.start + 1, node.end - 1
+    for pattern in (_QUOTED_EXAMPLE_RE, _MARKED_EXAMPLE_RE):
+        for m in pattern.finditer(text, start, end):
+            group = 1 if m.start(1) >= 0 else 2
+            _fill(roles, m.start(group), m.end(group), Role.SCHEMA_EXAMPLE)
+
+
+def _schema(text: str, roles: bytearray, node: JsonNode) -> None:
     """Roles inside a parameter schema object."""
     if node.kind == "array":
         for item in node.items:
-            _schema(roles, item)
+            _schema(text, roles, item)
         return
     if node.kind != "object":
         return
@@ -85,7 +103,7 @@ def _schema(roles: bytearray, node: JsonNode) -> None:
         if name == "properties" and value.kind == "object":
             for pkey, pvalue in value.members:
                 _content(roles, pkey, Role.SCHEMA_PARAM_NAME)
-                _schema(roles, pvalue)
+                _schema(text, roles, pvalue)
         elif name == "required":
             _content(roles, value, Role.SCHEMA_REQUIRED)
         elif name in ("enum", "const"):
@@ -93,27 +111,29 @@ def _schema(roles: bytearray, node: JsonNode) -> None:
         elif name in _TYPE_KEYS:
             _content(roles, value, Role.SCHEMA_TYPE)
         elif name in _DESCRIPTION_KEYS:
-            _content(roles, value, Role.SCHEMA_DESCRIPTION)
+            _description(text, roles, value)
+        elif name in _EXAMPLE_KEYS:
+            _content(roles, value, Role.SCHEMA_EXAMPLE)
         elif name in ("$defs", "definitions") and value.kind == "object":
             for dkey, dvalue in value.members:
                 _content(roles, dkey, Role.SCHEMA_TYPE)
-                _schema(roles, dvalue)
+                _schema(text, roles, dvalue)
         elif name in _SCHEMA_KEYS or name in _SCHEMA_LIST_KEYS:
-            _schema(roles, value)
+            _schema(text, roles, value)
 
 
-def _doc(roles: bytearray, node: JsonNode) -> None:
+def _doc(text: str, roles: bytearray, node: JsonNode) -> None:
     """Roles inside a function doc object (or an OpenAI tool wrapping one)."""
     for key, value in node.members:
         name = key.value
         if name == "function" and value.kind == "object":
-            _doc(roles, value)
+            _doc(text, roles, value)
         elif name == "name":
             _content(roles, value, Role.SCHEMA_FUNC_NAME)
         elif name == "description":
-            _content(roles, value, Role.SCHEMA_DESCRIPTION)
+            _description(text, roles, value)
         elif name != "type":
-            _schema(roles, value)
+            _schema(text, roles, value)
 
 
 def _plain(node: JsonNode) -> Any:
@@ -198,7 +218,7 @@ def char_roles(text: str, special_tokens: Iterable[str] = (), tools: Iterable[An
         _fill(roles, doc.start, doc.end, Role.BOUNDARY)
         for m in _WS_RE.finditer(text, doc.start, doc.end):
             _fill(roles, m.start(), m.end(), Role.WHITESPACE)
-        _doc(roles, doc)
+        _doc(text, roles, doc)
     return roles
 
 

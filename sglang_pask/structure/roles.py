@@ -33,6 +33,10 @@ Prompt tokens
 ``SCHEMA_TYPE``         a type (``"integer"``) or another type constraint (``format``, ``minimum``)
 ``SCHEMA_ENUM``         an entry of an ``enum`` list (or a ``const``)
 ``SCHEMA_DESCRIPTION``  description text of a function or parameter
+``SCHEMA_EXAMPLE``      a value the schema shows as an example: inside description text, a quoted
+                        literal (``'San Francisco, CA'``) or the clause after an example marker
+                        (``e.g. San Francisco, CA``); the value of a ``default`` / ``example`` /
+                        ``examples`` key. Refines ``SCHEMA_DESCRIPTION`` (see :data:`REFINES`)
 
 JSON punctuation inside a prompt's tool schema is ``BOUNDARY``, its whitespace ``WHITESPACE``, and
 schema keywords used as keys (``"properties"``, ``"type"``) are ``BOUNDARY`` too.
@@ -75,6 +79,7 @@ class Role(IntEnum):
     SCHEMA_TYPE = 17
     SCHEMA_ENUM = 18
     SCHEMA_DESCRIPTION = 19
+    SCHEMA_EXAMPLE = 20
 
     @property
     def label(self) -> str:
@@ -135,6 +140,7 @@ PRIORITY: tuple[Role, ...] = (
     Role.VALUE_BOOL,
     Role.VALUE_NULL,
     Role.SCHEMA_TYPE,
+    Role.SCHEMA_EXAMPLE,
     Role.SCHEMA_DESCRIPTION,
     Role.USER_QUESTION,
     Role.SYSTEM_TEXT,
@@ -143,6 +149,10 @@ PRIORITY: tuple[Role, ...] = (
     Role.WHITESPACE,
 )
 assert sorted(PRIORITY) == list(Role), "PRIORITY must list every role once"
+
+#: Roles split out of an older role: ``REFINES[new] == old``. A policy file written before ``new``
+#: existed was calibrated with these tokens counted as ``old``, so ``new`` takes ``old``'s floor there.
+REFINES: dict[Role, Role] = {Role.SCHEMA_EXAMPLE: Role.SCHEMA_DESCRIPTION}
 
 #: ``RANK[role]``: larger wins. ``ROLE_OF_RANK[rank]`` inverts it.
 RANK: tuple[int, ...] = tuple(len(PRIORITY) - 1 - PRIORITY.index(r) for r in Role)

@@ -34,6 +34,7 @@ CODES = {
     "t": Role.SCHEMA_TYPE,
     "e": Role.SCHEMA_ENUM,
     "d": Role.SCHEMA_DESCRIPTION,
+    "x": Role.SCHEMA_EXAMPLE,
 }
 _MARK_RE = re.compile(r"⟦(\w)\|(.*?)⟧", re.DOTALL)
 

@@ -29,6 +29,7 @@ STABLE_VALUES = {
     "schema_type": 17,
     "schema_enum": 18,
     "schema_description": 19,
+    "schema_example": 20,
 }
 
 
