@@ -52,7 +52,7 @@ _DESCRIPTION_KEYS = frozenset({"description", "title"})
 _EXAMPLE_KEYS = frozenset({"default", "example", "examples"})
 _QUOTED_EXAMPLE_RE = re.compile(r"""(?<![^\W_])(?:'([^'\n]{1,80})'|\\"((?:[^"\\\n]|\\[^"\n]){1,80})\\")(?![^\W_])""")
 _MARKED_EXAMPLE_RE = re.compile(
-    r"\b(?:e\.g\.|for example|for instance|such as)[,:]?[ \t]*((?:[^.;)\n\\]|\.(?![ \t]|$)){1,80})",
+    r"\b(?:e\.g\.|for example|for instance|such as)[,:]?[ \t]*([^\s.;)\\](?:[^.;)\n\\]|\.(?![ \t]|$)){0,79})",
     re.IGNORECASE,
 )
 _SCHEMA_KEYS = frozenset({"items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else"})

@@ -81,6 +81,42 @@ def test_golden_prompt_with_two_tool_schemas(tok, encode):
     assert list(char_roles(text, tok.all_special_tokens, tools=[WEATHER, TIME])) == roles
 
 
+# A function doc as json.dumps writes it, with the examples its descriptions and default show: a
+# clause after "e.g.", a single-quoted and an escaped double-quoted literal, apostrophes that open
+# nothing, a default value.
+EXAMPLE_DOC = {
+    "name": "get_weather",
+    "description": "Weather for a place, e.g. Paris, France; not the forecast.",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "location": {
+                "type": "string",
+                "description": "In the format of 'City, State', such as \"San Francisco, CA\". "
+                "The city's name doesn't include the country.",
+                "default": "Boston, MA",
+            }
+        },
+        "required": ["location"],
+    },
+}
+GOLDEN_EXAMPLES = (
+    '{"name": "⟦f|get_weather⟧", "description": "⟦d|Weather for a place, e.g. ⟧⟦x|Paris, France⟧'
+    '⟦d|; not the forecast.⟧", "parameters": {"type": "⟦t|object⟧", "properties": {"⟦p|location⟧": '
+    '{"type": "⟦t|string⟧", "description": "⟦d|In the format of \'⟧⟦x|City, State⟧⟦d|\', such as \\"⟧'
+    '⟦x|San Francisco, CA⟧⟦d|\\". The city\'s name doesn\'t include the country.⟧", '
+    '"default": "⟦x|Boston, MA⟧"}}, "required": ["⟦r|location⟧"]}}'
+)
+
+
+def test_examples_inside_a_schema_are_schema_example():
+    text, roles = parse_markup(GOLDEN_EXAMPLES)
+    assert text == json.dumps(EXAMPLE_DOC)
+    got = char_roles(text)
+    assert [LABELS[r] for r in got] == [LABELS[r] for r in roles]
+    assert Role.SCHEMA_EXAMPLE in set(got)
+
+
 def test_roles_from_token_ids_match_roles_from_offsets(tok, vocab, encode):
     text, _ = parse_markup(GOLDEN_PROMPT)
     text = text.replace("Paris?", "Zürich, 東京 or São Paulo?")  # characters split across byte tokens
