@@ -36,7 +36,10 @@ off so that no request reads another's prompt) and the layer groups to calibrate
 records (sensitivities, distortion, items), for another ``--budget``, ``--max-protected-share`` or
 ``--kv-decode``, without a server and in seconds. Under ``keep`` it tags the recorded items' prompts
 offline with the function the server uses (:func:`~sglang_pask.structure.tag_prompt_ids`); the
-distortion stays the one measured at the source's budget (recorded as ``distortion_budget``).
+distortion stays the one measured at the source's budget (recorded as ``distortion_budget``). A role
+the source's file does not list (one added to the vocabulary after it was calibrated, see
+:data:`~sglang_pask.structure.roles.REFINES`) was measured as part of the role it refines: its tokens
+are counted as that role and it gets that role's floors.
 
 The file (:mod:`sglang_pask.policy.pask_file`) records the model, the groups, the floors, the
 shares, the role frequencies and everything measured, with the command, date and items. Calibration
@@ -55,7 +58,7 @@ import tempfile
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -392,7 +395,7 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
 
     from sglang_pask.default_model import ensure_default_model
     from sglang_pask.policy.pask_file import save_policy_file, table_to_json
-    from sglang_pask.structure.roles import Role
+    from sglang_pask.structure.roles import REFINES, Role
 
     try:
         source = json.loads(Path(args.refit).read_text())
@@ -431,7 +434,17 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     else:
         _fail(f"--refit {args.refit}: calibrated with --kv-decode {source_mode}; its answer-token roles were not "
               f"recorded, so it cannot be refitted for --kv-decode compress (calibrate again)")
+    unmeasured = [role for role in REFINES if role.label not in source.get("roles", ())]
+    for role in unmeasured:  # counted as the role it refines, as when the source was calibrated
+        frequencies[REFINES[role]] += frequencies[role]
+        frequencies[role] = 0.0
     table = policy_table(per_group, joint, distortion, layers, frequencies, args.budget, args.max_protected_share)
+    if unmeasured:
+        floors = [list(row) for row in table.floors]
+        for row in floors:
+            for role in unmeasured:
+                row[role] = row[REFINES[role]]
+        table = replace(table, floors=tuple(tuple(row) for row in floors))
     calibration.update({
         "refit_of": {"file": str(args.refit), "command": calibration.get("command"), "date": calibration.get("date")},
         "command": _command_line(argv),

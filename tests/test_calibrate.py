@@ -104,6 +104,33 @@ def test_refit_for_keep_fits_the_floors_to_the_prompts_roles(tmp_path):
     assert table.floors[1][question] == 1.0
 
 
+def test_refit_of_a_file_older_than_a_refined_role_counts_it_as_the_role_it_refines(tmp_path):
+    source, model, *_ = measured_policy(tmp_path)
+    data = json.loads(source.read_text())
+    data["calibration"]["error_rate_dropped_everywhere"]["schema_description"] = 0.5
+    data["calibration"]["error_rate_dropped"].update({"0:schema_description": 0.5, "1:schema_description": 0.0})
+    # Written before schema_example existed; its tokens then were schema_description's (0.1 + 0.05).
+    data["calibration"]["role_frequencies_by_decode_mode"]["keep"] = {
+        "user_question": 0.1, "system_text": 0.375, "boundary": 0.375, "schema_description": 0.1,
+        "schema_example": 0.05}
+    column = data["roles"].index("schema_example")
+    del data["roles"][column]
+    for row in data["floors"]:
+        del row[column]
+    old = tmp_path / "old.json"
+    old.write_text(json.dumps(data))
+    out = tmp_path / "keep.json"
+    run = calibrate("--refit", str(old), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
+                    "--out", str(out))
+    assert run.returncode == 0, run.stderr
+    refit = json.loads(out.read_text())
+    description, example = LABELS.index("schema_description"), LABELS.index("schema_example")
+    assert refit["role_frequencies"]["schema_example"] == 0.0
+    assert refit["role_frequencies"]["schema_description"] == pytest.approx(0.15)
+    assert [row[example] for row in refit["floors"]] == [row[description] for row in refit["floors"]]
+    assert refit["floors"][0][description] > 0
+
+
 def test_refit_refuses_what_its_source_cannot_give(tmp_path):
     source, model, *_ = measured_policy(tmp_path)
     data = json.loads(source.read_text())

@@ -115,6 +115,25 @@ def test_policy_file_round_trip(tmp_path):
     assert load_policy_file(path, 6, RANGES, "tiny") == original
 
 
+def test_a_file_without_a_refined_role_gives_it_the_floor_of_the_role_it_refines(tmp_path):
+    floors = [[0.0] * NUM_ROLES, [0.0] * NUM_ROLES]
+    floors[0][Role.SCHEMA_DESCRIPTION], floors[1][Role.SCHEMA_DESCRIPTION] = 0.5, 0.25
+    floors[0][Role.USER_QUESTION] = 1.0
+    data = table_to_json(table(floors0=floors[0], floors1=floors[1]), "tiny", RANGES, {})
+    # As written before schema_example existed: no such column.
+    column = data["roles"].index("schema_example")
+    del data["roles"][column]
+    for row in data["floors"]:
+        del row[column]
+    del data["role_frequencies"]["schema_example"]
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps(data))
+    loaded = load_policy_file(path, 6, RANGES, "tiny")
+    assert [row[Role.SCHEMA_EXAMPLE] for row in loaded.floors] == [0.5, 0.25]
+    assert loaded.floors[0][Role.USER_QUESTION] == 1.0
+    assert loaded.role_frequencies[Role.SCHEMA_EXAMPLE] == 0.0
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
