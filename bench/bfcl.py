@@ -58,13 +58,20 @@ from sglang_pask.bfcl.report import (
     format_table,
     plot_accuracy_vs_budget,
 )
+from sglang_pask.bfcl.strict_grammar import item_strict_ebnf
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
 from sglang_pask.server_process import ServerProcess
 
 from bench.common import exit_on_sigterm, git_commit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-GRAMMARS: dict[str, Callable[[BfclItem], str] | None] = {"regex": item_regex, "ebnf": item_ebnf, "none": None}
+#: ``--grammar`` choices: the sampling param that carries the constraint and its builder.
+GRAMMARS: dict[str, tuple[str, Callable[[BfclItem], str]] | None] = {
+    "regex": ("regex", item_regex),
+    "ebnf": ("ebnf", item_ebnf),
+    "ebnf-strict": ("ebnf", item_strict_ebnf),
+    "none": None,
+}
 FULL_POLICY = "full"
 
 
@@ -194,8 +201,8 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
         Served model id.
     item : BfclItem
         The item.
-    grammar : {"regex", "ebnf", "none"}
-        The constraint sent with the request.
+    grammar : {"regex", "ebnf", "ebnf-strict", "none"}
+        The constraint sent with the request (:data:`GRAMMARS`).
     max_tokens : int
         Answer length cap.
     timeout_s : float
@@ -219,9 +226,10 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
         "temperature": 0.0,
         "max_tokens": max_tokens,
     }
-    build_grammar = GRAMMARS[grammar]
-    if build_grammar is not None:
-        body[grammar] = build_grammar(item)
+    constraint = GRAMMARS[grammar]
+    if constraint is not None:
+        param, build_grammar = constraint
+        body[param] = build_grammar(item)
     start = time.perf_counter()
     try:
         response = requests.post(f"{url}/v1/chat/completions", json=body, timeout=timeout_s)
@@ -326,7 +334,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", nargs="+", default=[FULL_POLICY], help="KV policies")
     p.add_argument("--budgets", nargs="+", default=["0.33", "0.2"], help="KV budgets in (0, 1]")
     p.add_argument("--grammar", choices=sorted(GRAMMARS), default="ebnf",
-                   help="answer constraint (regex: same language, but 10-450 s to compile per item on CPU)")
+                   help="answer constraint (regex: same language as ebnf, but 10-450 s to compile per item on CPU; "
+                        "ebnf-strict: the function docs enforced as strict tools: declared order, required "
+                        "arguments, value types and enums, see sglang_pask.bfcl.strict_grammar)")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     p.add_argument("--max-tokens", type=int, default=256, help="answer length cap")
     p.add_argument("--request-timeout", type=float, default=900.0,

@@ -15,6 +15,7 @@ from running into whitespace. The EBNF form is the one to send: xgrammar compile
 with the default model's 151k-token vocabulary on a 2-core CPU, where the regex (its values
 inlined at every use) takes 11 s for a one-function item and 450 s for a 37-function one. They do not enforce types, required parameters or no repeated
 keyword: those are for the model to get right and for BFCL's checker to score.
+:mod:`.strict_grammar` builds the schema-strict variant that does.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def python_value_regex(depth: int = 2) -> str:
     return value
 
 
-def _check_functions(functions: Sequence[dict[str, Any]]) -> None:
+def check_functions(functions: Sequence[dict[str, Any]]) -> None:
+    """Raise ValueError unless ``functions`` is a non-empty list of BFCL function docs."""
     if not functions:
         raise ValueError("a call-list grammar needs at least one function")
     for function in functions:
@@ -113,7 +115,7 @@ def call_list_regex(functions: Sequence[dict[str, Any]], value_depth: int = 2) -
     ValueError
         If ``functions`` is empty or not BFCL function docs.
     """
-    _check_functions(functions)
+    check_functions(functions)
     value = python_value_regex(value_depth)
     calls = []
     for function in functions:
@@ -128,11 +130,13 @@ def call_list_regex(functions: Sequence[dict[str, Any]], value_depth: int = 2) -
     return rf"\[{call}({_SEP}{call})*\]"
 
 
-def _ebnf_literal(text: str) -> str:
+def ebnf_literal(text: str) -> str:
+    """``text`` as an EBNF string literal (xgrammar dialect)."""
     return json.dumps(text, ensure_ascii=False)
 
 
-_EBNF_VALUES = r"""value ::= string | number | "True" | "False" | "None" | list | dict
+#: The rules of a Python literal value, shared with :mod:`.strict_grammar` (start rule ``value``).
+EBNF_VALUE_RULES = r"""value ::= string | number | "True" | "False" | "None" | list | dict
 list ::= "[" (value ("," " "? value)*)? "]"
 dict ::= "{" (pair ("," " "? pair)*)? "}"
 pair ::= string ":" " "? value
@@ -160,21 +164,21 @@ def call_list_ebnf(functions: Sequence[dict[str, Any]]) -> str:
     ValueError
         If ``functions`` is empty or not BFCL function docs.
     """
-    _check_functions(functions)
+    check_functions(functions)
     lines = [
         'root ::= "[" call ("," " "? call)* "]"',
         "call ::= " + " | ".join(f"fn_{i}" for i in range(len(functions))),
     ]
     for i, function in enumerate(functions):
         names = _parameter_names(function)
-        head = f"fn_{i} ::= {_ebnf_literal(function['name'] + '(')}"
+        head = f"fn_{i} ::= {ebnf_literal(function['name'] + '(')}"
         if names:
             argument = f'key_{i} "=" value'
             lines.append(f'{head} ({argument} ("," " "? {argument})*)? ")"')
-            lines.append(f"key_{i} ::= " + " | ".join(_ebnf_literal(n) for n in names))
+            lines.append(f"key_{i} ::= " + " | ".join(ebnf_literal(n) for n in names))
         else:
             lines.append(f'{head} ")"')
-    lines.append(_EBNF_VALUES)
+    lines.append(EBNF_VALUE_RULES)
     return "\n".join(lines)
 
 
