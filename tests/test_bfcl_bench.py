@@ -125,9 +125,12 @@ def test_bench_sends_the_chosen_grammar(stub_server):
     url, requests_seen = stub_server
     assert main(["--url", url, "--categories", "simple_python", "--limit", "1", "--grammar", "regex"]) == 0
     assert main(["--url", url, "--categories", "simple_python", "--limit", "1", "--grammar", "none"]) == 0
-    with_regex, unconstrained = requests_seen
+    assert main(["--url", url, "--categories", "simple_python", "--limit", "1", "--grammar", "ebnf-strict"]) == 0
+    with_regex, unconstrained, strict = requests_seen
     assert "ebnf" not in with_regex and with_regex["regex"].startswith(r"\[(")
     assert not {"regex", "ebnf"} & set(unconstrained)
+    # the strict grammar travels in SGLang's ebnf sampling param: its required arguments are not optional
+    assert "regex" not in strict and strict["ebnf"].startswith('root ::= "["') and 'first_0_0 ")"' in strict["ebnf"]
 
 
 def test_an_answer_past_the_request_timeout_counts_as_incorrect_and_the_run_goes_on(stub_server, tmp_path):

@@ -75,25 +75,33 @@ def python_literal(value: Any) -> str:
     raise ValueError(f"no Python literal for a {type(value).__name__}")
 
 
-def oracle_answer(item: BfclItem) -> str:
+def oracle_answer(item: BfclItem, declared_order: bool = False) -> str:
     """Build the reference answer of an item as BFCL's prompting format asks for it.
 
     Parameters
     ----------
     item : BfclItem
         The item.
+    declared_order : bool
+        Write each call's arguments in the order its function doc declares them (what
+        :mod:`.strict_grammar` allows) instead of the possible answer's order.
 
     Returns
     -------
     str
         E.g. ``'[calculate_triangle_area(base=10, height=5, unit="units")]'``.
     """
+    docs = {function["name"]: function for function in item.functions}
     calls = []
     for call in item.ground_truth:
         ((name, params),) = call.items()
+        order = list(params)
+        if declared_order:
+            declared = list(docs[name]["parameters"].get("properties", {}))
+            order.sort(key=lambda param: declared.index(param) if param in declared else len(declared))
         args = []
-        for param, allowed in params.items():
-            value = _first_allowed(allowed)
+        for param in order:
+            value = _first_allowed(params[param])
             if value is not _OMIT:
                 args.append(f"{param}={python_literal(value)}")
         calls.append(f"{name}({', '.join(args)})")
