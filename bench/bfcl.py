@@ -42,14 +42,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 import requests
 from tqdm import tqdm
 
 from sglang_pask.bfcl.checker import check
 from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem, check_categories, load_items
-from sglang_pask.bfcl.grammar import item_ebnf, item_regex
+from sglang_pask.bfcl.constraints import CONSTRAINTS, answer_constraint
 from sglang_pask.bfcl.prompt import build_messages
 from sglang_pask.bfcl.report import (
     ConfigResult,
@@ -58,20 +58,12 @@ from sglang_pask.bfcl.report import (
     format_table,
     plot_accuracy_vs_budget,
 )
-from sglang_pask.bfcl.strict_grammar import item_strict_ebnf
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
 from sglang_pask.server_process import ServerProcess
 
 from bench.common import exit_on_sigterm, git_commit
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-#: ``--grammar`` choices: the sampling param that carries the constraint and its builder.
-GRAMMARS: dict[str, tuple[str, Callable[[BfclItem], str]] | None] = {
-    "regex": ("regex", item_regex),
-    "ebnf": ("ebnf", item_ebnf),
-    "ebnf-strict": ("ebnf", item_strict_ebnf),
-    "none": None,
-}
 FULL_POLICY = "full"
 
 
@@ -202,7 +194,7 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
     item : BfclItem
         The item.
     grammar : {"regex", "ebnf", "ebnf-strict", "none"}
-        The constraint sent with the request (:data:`GRAMMARS`).
+        The constraint sent with the request (:data:`sglang_pask.bfcl.constraints.CONSTRAINTS`).
     max_tokens : int
         Answer length cap.
     timeout_s : float
@@ -226,10 +218,7 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
         "temperature": 0.0,
         "max_tokens": max_tokens,
     }
-    constraint = GRAMMARS[grammar]
-    if constraint is not None:
-        param, build_grammar = constraint
-        body[param] = build_grammar(item)
+    body.update(answer_constraint(item, grammar))
     start = time.perf_counter()
     try:
         response = requests.post(f"{url}/v1/chat/completions", json=body, timeout=timeout_s)
@@ -333,7 +322,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=SPLITS, help="only the evaluation or the calibration split")
     p.add_argument("--policies", nargs="+", default=[FULL_POLICY], help="KV policies")
     p.add_argument("--budgets", nargs="+", default=["0.33", "0.2"], help="KV budgets in (0, 1]")
-    p.add_argument("--grammar", choices=sorted(GRAMMARS), default="ebnf",
+    p.add_argument("--grammar", choices=CONSTRAINTS, default="ebnf",
                    help="answer constraint (regex: same language as ebnf, but 10-450 s to compile per item on CPU; "
                         "ebnf-strict: the function docs enforced as strict tools: declared order, required "
                         "arguments, value types and enums, see sglang_pask.bfcl.strict_grammar)")

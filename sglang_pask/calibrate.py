@@ -63,6 +63,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from sglang_pask.bfcl.constraints import CONSTRAINTS
 from sglang_pask.config import DEFAULT_KV_WINDOW, KV_DECODE_MODES, LayerGroupSpec
 
 PROG = "python -m sglang_pask.calibrate"
@@ -179,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "roles only (default: compress)")
     parser.add_argument("--refit", metavar="POLICY", default=None,
                         help="recompute floors and shares from the measurements recorded in POLICY (no server)")
+    parser.add_argument("--grammar", choices=CONSTRAINTS, default="ebnf",
+                        help="answer constraint, as the bench's --grammar: ebnf-strict enforces the function docs "
+                             "as strict tools (default: ebnf; --refit keeps its source's)")
     parser.add_argument("--server-args", default="", help="extra server flags, one quoted string")
     return parser
 
@@ -211,7 +215,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     from sglang_pask.bfcl.checker import check
     from sglang_pask.bfcl.data import AST_CATEGORIES, load_items
-    from sglang_pask.bfcl.grammar import item_ebnf
+    from sglang_pask.bfcl.constraints import answer_constraint
     from sglang_pask.bfcl.prompt import build_messages
     from sglang_pask.bfcl.split import split_items
     from sglang_pask.default_model import ensure_default_model
@@ -242,7 +246,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         def run(item: Any, probe: dict) -> ItemRun:
             body = {"text": prompts[item.id], "sampling_params": {
-                "temperature": 0, "max_new_tokens": answer_cap.get(item.id, args.max_tokens), "ebnf": item_ebnf(item),
+                "temperature": 0, "max_new_tokens": answer_cap.get(item.id, args.max_tokens), **answer_constraint(item, args.grammar),
                 "return_kv_roles": True, "custom_params": {"pask_probe": probe}}}
             response = requests.post(f"{server.url}/generate", json=body, timeout=3600)
             response.raise_for_status()
@@ -306,7 +310,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "window": args.kv_window,
         "max_tokens": args.max_tokens,
         "probe_answer_margin": PROBE_ANSWER_MARGIN,
-        "grammar": "ebnf",
+        "grammar": args.grammar,
         "accuracy_full": accuracy_full,
         "sensitivity_items": [item.id for item in sensitivity_items],
         "error_rate_dropped_everywhere": {role.label: joint[role] for role in probed},

@@ -6,6 +6,7 @@ import pytest
 import xgrammar as xgr
 
 from sglang_pask.bfcl.checker import check
+from sglang_pask.bfcl.constraints import CONSTRAINTS, answer_constraint
 from sglang_pask.bfcl.data import AST_CATEGORIES, category_of, load_category, load_items
 from sglang_pask.bfcl.grammar import item_ebnf
 from sglang_pask.bfcl.oracle import oracle_answer
@@ -118,3 +119,13 @@ def test_bad_function_docs_are_refused():
     for functions in ([], [{"description": "no name"}]):
         with pytest.raises(ValueError):
             strict_call_list_ebnf(functions)
+
+
+def test_answer_constraints_by_name():
+    item = _item("simple_python_0")
+    assert CONSTRAINTS[0] == "ebnf" and set(CONSTRAINTS) == {"ebnf", "ebnf-strict", "regex", "none"}
+    assert answer_constraint(item, "ebnf") == {"ebnf": item_ebnf(item)}
+    assert answer_constraint(item, "ebnf-strict") == {"ebnf": item_strict_ebnf(item)}
+    assert set(answer_constraint(item, "regex")) == {"regex"} and answer_constraint(item, "none") == {}
+    with pytest.raises(ValueError, match="unknown answer constraint 'json'"):
+        answer_constraint(item, "json")

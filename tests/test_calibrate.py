@@ -167,11 +167,12 @@ def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, 
     run = subprocess.run(
         [sys.executable, "-m", "sglang_pask.calibrate", "--model-path", str(tiny_model_dir), "--out", str(out),
          "--kv-layer-groups", "0-0,1-1", "--limit", "2", "--max-tokens", "12", "--min-role-share", "0.05",
-         "--budget", "0.5"],
+         "--budget", "0.5", "--grammar", "ebnf-strict"],
         capture_output=True, text=True, timeout=900,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(out.read_text())
+    assert data["calibration"]["grammar"] == "ebnf-strict"
     assert data["format"] == "sglang-pask-policy" and data["model"]["name"] == tiny_model_dir.name
     calibration = data["calibration"]
     assert len(calibration["items"]) == 2 and len(calibration["distortion"]) == 2
