@@ -10,7 +10,7 @@ from sglang_pask.bfcl.constraints import CONSTRAINTS, answer_constraint
 from sglang_pask.bfcl.data import AST_CATEGORIES, category_of, load_category, load_items
 from sglang_pask.bfcl.grammar import item_ebnf
 from sglang_pask.bfcl.oracle import oracle_answer
-from sglang_pask.bfcl.strict_grammar import item_strict_ebnf, strict_call_list_ebnf
+from sglang_pask.bfcl.strict_grammar import strict_call_list_ebnf
 
 _COMPILER = xgr.GrammarCompiler(xgr.TokenizerInfo([]), cache_enabled=False)
 
@@ -35,19 +35,19 @@ OUTSIDE_ITS_ENUM = "live_parallel_multiple_2-2-0"
 def test_the_oracle_answer_in_declared_order_is_accepted_and_correct(item):
     answer = oracle_answer(item, declared_order=True)
     assert check(item, answer).valid, answer
-    assert _accepts(item_strict_ebnf(item), answer), answer
+    assert _accepts(strict_call_list_ebnf(item.functions), answer), answer
 
 
 def test_an_answer_outside_the_docs_enum_is_refused_even_where_bfcl_expects_it():
     item = _item(OUTSIDE_ITS_ENUM)
     answer = oracle_answer(item, declared_order=True)
     assert check(item, answer).valid
-    assert _accepts(item_ebnf(item), answer) and not _accepts(item_strict_ebnf(item), answer)
+    assert _accepts(item_ebnf(item), answer) and not _accepts(strict_call_list_ebnf(item.functions), answer)
 
 
 def test_what_the_loose_grammar_allows_and_the_strict_one_does_not():
     item = _item("simple_python_0")  # base: integer, height: integer (both required), unit: string
-    loose, strict = item_ebnf(item), item_strict_ebnf(item)
+    loose, strict = item_ebnf(item), strict_call_list_ebnf(item.functions)
     for text in (
         "[calculate_triangle_area(base=10)]",  # a required argument missing
         "[calculate_triangle_area()]",
@@ -125,7 +125,7 @@ def test_answer_constraints_by_name():
     item = _item("simple_python_0")
     assert CONSTRAINTS[0] == "ebnf" and set(CONSTRAINTS) == {"ebnf", "ebnf-strict", "regex", "none"}
     assert answer_constraint(item, "ebnf") == {"ebnf": item_ebnf(item)}
-    assert answer_constraint(item, "ebnf-strict") == {"ebnf": item_strict_ebnf(item)}
+    assert answer_constraint(item, "ebnf-strict") == {"ebnf": strict_call_list_ebnf(item.functions)}
     assert set(answer_constraint(item, "regex")) == {"regex"} and answer_constraint(item, "none") == {}
     with pytest.raises(ValueError, match="unknown answer constraint 'json'"):
         answer_constraint(item, "json")

@@ -1,7 +1,7 @@
 """The answer constraints a BFCL request can carry, by name (``--grammar`` of the bench and calibration).
 
 - ``ebnf``: :func:`.grammar.item_ebnf`, the call list over the item's functions, loose arguments;
-- ``ebnf-strict``: :func:`.strict_grammar.item_strict_ebnf`, the function docs enforced as strict tools;
+- ``ebnf-strict``: :func:`.strict_grammar.strict_call_list_ebnf`, the function docs enforced as strict tools;
 - ``regex``: :func:`.grammar.item_regex`, the language of ``ebnf`` as a regex (slow to compile);
 - ``none``: no constraint.
 """
@@ -12,12 +12,12 @@ from typing import Callable
 
 from sglang_pask.bfcl.data import BfclItem
 from sglang_pask.bfcl.grammar import item_ebnf, item_regex
-from sglang_pask.bfcl.strict_grammar import item_strict_ebnf
+from sglang_pask.bfcl.strict_grammar import strict_call_list_ebnf
 
 #: Each grammar: the SGLang sampling param that carries it and the builder of its text.
 _GRAMMARS: dict[str, tuple[str, Callable[[BfclItem], str]]] = {
     "ebnf": ("ebnf", item_ebnf),
-    "ebnf-strict": ("ebnf", item_strict_ebnf),
+    "ebnf-strict": ("ebnf", lambda item: strict_call_list_ebnf(item.functions)),
     "regex": ("regex", item_regex),
 }
 #: Every constraint name, the default first.

@@ -32,7 +32,6 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from sglang_pask.bfcl.data import BfclItem
 from sglang_pask.bfcl.grammar import EBNF_VALUE_RULES, check_functions, ebnf_literal
 
 _SEP = '"," " "?'
@@ -139,18 +138,3 @@ def strict_call_list_ebnf(functions: Sequence[dict[str, Any]]) -> str:
         lines.extend(_function_rules(i, function, types))
     return "\n".join([*lines, *types.lines, EBNF_VALUE_RULES])
 
-
-def item_strict_ebnf(item: BfclItem) -> str:
-    """Schema-strict EBNF constraint for an item's answer (see :func:`strict_call_list_ebnf`).
-
-    Parameters
-    ----------
-    item : BfclItem
-        The item.
-
-    Returns
-    -------
-    str
-        The grammar.
-    """
-    return strict_call_list_ebnf(item.functions)
