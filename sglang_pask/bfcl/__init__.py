@@ -9,6 +9,7 @@ Pure Python; never imports sglang. The modules each do one job:
   item's functions and their parameter names.
 - :mod:`.strict_grammar`: the same answer with the function docs enforced as strict tools (declared
   order, required arguments, value types, enums).
+- :mod:`.constraints`: those grammars by name (``--grammar`` of the bench and the calibration).
 - :mod:`.checker`: BFCL's own AST checker on a model output.
 - :mod:`.oracle`: a reference answer built from the possible-answer file (self-checks and tests).
 - :mod:`.split`: the fixed calibration / evaluation split (``calibration_ids.txt``).
