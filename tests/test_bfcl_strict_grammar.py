@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import xgrammar as xgr
 
 from sglang_pask.bfcl.checker import check
 from sglang_pask.bfcl.constraints import CONSTRAINTS, answer_constraint
 from sglang_pask.bfcl.data import AST_CATEGORIES, category_of, load_category, load_items
-from sglang_pask.bfcl.grammar import item_ebnf
+from sglang_pask.bfcl.grammar import call_list_ebnf, item_ebnf
 from sglang_pask.bfcl.oracle import oracle_answer
 from sglang_pask.bfcl.strict_grammar import strict_call_list_ebnf
 
@@ -115,10 +117,18 @@ def test_required_parameters_after_optional_ones():
         assert not _accepts(ebnf, text), text
 
 
-def test_bad_function_docs_are_refused():
-    for functions in ([], [{"description": "no name"}]):
-        with pytest.raises(ValueError):
-            strict_call_list_ebnf(functions)
+def test_bad_function_docs_are_refused_with_the_problem_named():
+    bad = {
+        "at least one function": [],
+        "not a BFCL function doc": [{"description": "no name"}],
+        "not a BFCL function doc: {'name': 'f', 'parameters': 3}": [{"name": "f", "parameters": 3}],
+        "'properties' must be an object": [{"name": "f", "parameters": {"properties": ["a"]}}],
+        "'required' must be a list of names": [{"name": "f", "parameters": {"properties": {}, "required": "a"}}],
+    }
+    for message, functions in bad.items():
+        for build in (strict_call_list_ebnf, call_list_ebnf):
+            with pytest.raises(ValueError, match=re.escape(message)):
+                build(functions)
 
 
 def test_answer_constraints_by_name():

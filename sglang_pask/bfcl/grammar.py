@@ -86,8 +86,14 @@ def check_functions(functions: Sequence[dict[str, Any]]) -> None:
     if not functions:
         raise ValueError("a call-list grammar needs at least one function")
     for function in functions:
-        if "name" not in function or "parameters" not in function:
+        if not isinstance(function, dict) or "name" not in function or not isinstance(function.get("parameters"), dict):
             raise ValueError(f"not a BFCL function doc: {str(function)[:120]}")
+        parameters = function["parameters"]
+        if not isinstance(parameters.get("properties", {}), dict):
+            raise ValueError(f"function {function['name']!r}: 'properties' must be an object")
+        required = parameters.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(name, str) for name in required):
+            raise ValueError(f"function {function['name']!r}: 'required' must be a list of names")
 
 
 def _parameter_names(function: dict[str, Any]) -> list[str]:
