@@ -180,9 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "roles only (default: compress)")
     parser.add_argument("--refit", metavar="POLICY", default=None,
                         help="recompute floors and shares from the measurements recorded in POLICY (no server)")
-    parser.add_argument("--grammar", choices=CONSTRAINTS, default="ebnf",
+    parser.add_argument("--grammar", choices=CONSTRAINTS, default=None,
                         help="answer constraint, as the bench's --grammar: ebnf-strict enforces the function docs "
-                             "as strict tools (default: ebnf; --refit keeps its source's)")
+                             "as strict tools (default: ebnf; --refit keeps its source's and refuses another)")
     parser.add_argument("--server-args", default="", help="extra server flags, one quoted string")
     return parser
 
@@ -208,6 +208,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail(str(err))
     if args.refit is not None:
         return refit(args, argv)
+    grammar = args.grammar or "ebnf"
 
     import requests
     from tqdm import tqdm
@@ -246,7 +247,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         def run(item: Any, probe: dict) -> ItemRun:
             body = {"text": prompts[item.id], "sampling_params": {
-                "temperature": 0, "max_new_tokens": answer_cap.get(item.id, args.max_tokens), **answer_constraint(item, args.grammar),
+                "temperature": 0, "max_new_tokens": answer_cap.get(item.id, args.max_tokens), **answer_constraint(item, grammar),
                 "return_kv_roles": True, "custom_params": {"pask_probe": probe}}}
             response = requests.post(f"{server.url}/generate", json=body, timeout=3600)
             response.raise_for_status()
@@ -310,7 +311,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "window": args.kv_window,
         "max_tokens": args.max_tokens,
         "probe_answer_margin": PROBE_ANSWER_MARGIN,
-        "grammar": args.grammar,
+        "grammar": grammar,
         "accuracy_full": accuracy_full,
         "sensitivity_items": [item.id for item in sensitivity_items],
         "error_rate_dropped_everywhere": {role.label: joint[role] for role in probed},
@@ -422,6 +423,10 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         _fail(f"--refit {args.refit}: cannot read it ({err.strerror})")
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         _fail(f"--refit {args.refit}: not a calibrated policy file ({type(err).__name__}: {err})")
+    source_grammar = calibration.get("grammar", "ebnf")
+    if args.grammar is not None and args.grammar != source_grammar:
+        _fail(f"--refit {args.refit}: its measurements were taken under --grammar {source_grammar}; a refit cannot "
+              f"change the grammar (calibrate again with --grammar {args.grammar})")
     if len(distortion) != len(layers) or len(per_group) != len(layers):
         _fail(f"--refit {args.refit}: its distortion lists {len(distortion)} groups, its layer groups {len(layers)}")
     model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))

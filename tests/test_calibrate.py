@@ -104,6 +104,18 @@ def test_refit_for_keep_fits_the_floors_to_the_prompts_roles(tmp_path):
     assert table.floors[1][question] == 1.0
 
 
+def test_refit_refuses_another_grammar_than_its_measurements(tmp_path):
+    source, model, _, _, _ = measured_policy(tmp_path)  # written without "grammar": the loose ebnf
+    out = tmp_path / "strict.json"
+    run = calibrate("--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
+                    "--grammar", "ebnf-strict", "--out", str(out))
+    assert run.returncode == 2 and not out.exists()
+    assert "taken under --grammar ebnf; a refit cannot change the grammar" in run.stderr
+    same = calibrate("--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
+                     "--grammar", "ebnf", "--out", str(out))
+    assert same.returncode == 0, same.stderr
+
+
 def test_refit_of_a_file_older_than_a_refined_role_counts_it_as_the_role_it_refines(tmp_path):
     source, model, *_ = measured_policy(tmp_path)
     data = json.loads(source.read_text())
