@@ -43,6 +43,25 @@ def test_scheduler_process_sees_the_command_line_config(tiny_server, tiny_server
     assert info["device"] == "cpu" and info["attention_backend"] == "torch_native"
 
 
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ({"text": ""}, "the prompt is empty"),
+        ({"input_ids": []}, "empty"),  # SGLang's own check ("input_ids cannot be empty.")
+        ({"input_ids": [5, 10**9]}, "outside the model's vocabulary"),
+        ({"input_ids": [-1, 5]}, "outside the model's vocabulary"),
+    ],
+)
+def test_prompts_the_engine_would_die_on_are_a_clear_400_and_the_server_lives_on(tiny_server, body, message):
+    # Stock SGLang 0.5.23 accepts the empty text and the out-of-vocabulary ids, then its scheduler dies.
+    response = requests.post(
+        f"{tiny_server.url}/generate", json={**body, "sampling_params": {"max_new_tokens": 4}}, timeout=120
+    )
+    assert response.status_code == 400
+    assert message in response.json()["error"]["message"]
+    assert generate(tiny_server, "still alive ", max_new_tokens=2)["meta_info"]["completion_tokens"] == 2
+
+
 def test_generate_with_regex(tiny_server):
     pattern = r"(yes|no)[0-9]{2}"
     out = generate(tiny_server, "Answer: ", regex=pattern, max_new_tokens=16)

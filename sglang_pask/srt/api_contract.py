@@ -2,7 +2,12 @@
 
 * ``return_kv_roles`` (a sampling parameter, :mod:`.role_output`);
 * ``custom_params["pask_probe"]``, a calibration request's probe (:mod:`.request_roles`): checked
-  here so that a malformed probe is a clear HTTP 400, not a scheduler-side surprise.
+  here so that a malformed probe is a clear HTTP 400, not a scheduler-side surprise;
+
+and, after tokenization, prompts that SGLang 0.5.23 accepts and whose extend pass then kills the
+scheduler (stock SGLang on the CPU engine included): no tokens at all (``"text": ""`` or
+``"input_ids": []``) and ``input_ids`` outside the model's vocabulary. :func:`reject_unservable_prompt`
+makes both an HTTP 400.
 """
 
 from __future__ import annotations
@@ -37,3 +42,31 @@ def _group_error(probe: dict) -> Optional[str]:
     if probe["drop_group"] >= groups:
         return f"{PROBE_PARAM}: drop_group {probe['drop_group']} is not a layer group of this server (it has {groups})"
     return None
+
+
+def reject_unservable_prompt(manager: Any, obj: Any, input_ids: Optional[list[int]], *args: Any,
+                             **kwargs: Any) -> None:
+    """BEFORE hook of ``TokenizerManager._validate_one_request``: refuse prompts the engine would die on.
+
+    Raises
+    ------
+    ValueError
+        If the request has no prompt tokens and nothing else (images, audio, video, embeddings) to
+        fill them, or a prompt token id outside ``[0, vocab_size)``; SGLang answers the ValueError
+        with HTTP 400 and the message.
+    """
+    if input_ids is None:
+        return None
+    if len(input_ids) == 0:
+        if any(getattr(obj, field, None) is not None for field in _NON_TEXT_INPUTS):
+            return None
+        raise ValueError("the prompt is empty (0 tokens): send a non-empty text or input_ids")
+    vocab_size = manager.model_config.vocab_size
+    low, high = min(input_ids), max(input_ids)
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise ValueError(f"input_ids holds the token id {bad}, outside the model's vocabulary [0, {vocab_size})")
+    return None
+
+
+_NON_TEXT_INPUTS = ("input_embeds", "image_data", "video_data", "audio_data")

@@ -16,6 +16,7 @@ _XGRAMMAR_BACKEND = "sglang.srt.constrained.xgrammar_backend.XGrammarGrammarBack
 _OUTPUT_STREAMER_CLASS = "sglang.srt.managers.scheduler.Scheduler.get_output_streamer_class"
 _TOKENIZER_MANAGER_INIT = "sglang.srt.managers.tokenizer_manager.TokenizerManager.__init__"
 _GENERATE_CONTRACT = "sglang.srt.entrypoints.api_contract.generate_contract_error"
+_VALIDATE_REQUEST = "sglang.srt.managers.tokenizer_manager.TokenizerManager._validate_one_request"
 _UPDATE_META_INFO = "sglang.srt.managers.tokenizer_manager.TokenizerManager.update_request_meta_info"
 _CONFIGURATOR = "sglang.srt.mem_cache.kv_cache_configurator.KVCacheConfigurator"
 _REQ_TO_TOKEN_POOL = "sglang.srt.mem_cache.memory_pool.ReqToTokenPool"
@@ -29,7 +30,7 @@ _TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
 def register(config: PaskConfig) -> None:
     """Register every hook for ``config``; SGLang's load_plugins() applies them afterwards."""
     from sglang_pask.srt import kv_metrics
-    from sglang_pask.srt.api_contract import contract_error
+    from sglang_pask.srt.api_contract import contract_error, reject_unservable_prompt
     from sglang_pask.srt import layer_group_runtime as groups
     from sglang_pask.srt.kv_stats import KV_STATS_KEY, PaskOutputStreamer
     from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend
@@ -50,6 +51,7 @@ def register(config: PaskConfig) -> None:
     # return_kv_roles (tokenizer manager): accept the sampling parameter, report only when asked;
     # calibration probes are checked there too.
     HookRegistry.register(_GENERATE_CONTRACT, contract_error, HookType.AROUND)
+    HookRegistry.register(_VALIDATE_REQUEST, reject_unservable_prompt, HookType.BEFORE)
     HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_role_flag(sampling_params_with_role_flag), HookType.AFTER)
     HookRegistry.register(_UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND)
     # Layer-group KV pool (scheduler): pool, allocator, views, attention, leak check.
