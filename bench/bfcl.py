@@ -60,6 +60,7 @@ from sglang_pask.bfcl.report import (
 )
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
 from sglang_pask.server_process import ServerProcess
+from sglang_pask.cli_paths import output_file
 
 from bench.common import exit_on_sigterm, git_commit
 
@@ -338,9 +339,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "shared prefix, such as BFCL's system prompt, as the request that first computed it kept it, "
                         "so answers depend on the order the items ran in)")
     p.add_argument("--log-dir", help="folder for server logs (None: a new temporary folder)")
-    p.add_argument("--json", help="write all results here")
-    p.add_argument("--markdown", help="write a markdown report here")
-    p.add_argument("--plot", help="write the accuracy-vs-budget PNG here")
+    p.add_argument("--json", type=output_file, help="write all results here")
+    p.add_argument("--markdown", type=output_file, help="write a markdown report here")
+    p.add_argument("--plot", type=output_file, help="write the accuracy-vs-budget PNG here")
     return p
 
 

@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO_ROOT / "kernels"))
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.common import git_commit, median_ms, triton_refusal  # noqa: E402
+from sglang_pask.cli_paths import output_file  # noqa: E402
 
 from skeleton_gather import (  # noqa: E402
     runs_interpreted,
@@ -199,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-residual", action="store_true", help="gather the hidden states without a residual")
     parser.add_argument("--repeats", type=int, help="timed calls per function (median kept); "
                         "default 20 on CUDA, 1 on CPU")
-    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    parser.add_argument("--json", type=output_file, metavar="OUT", help="also write the results as JSON")
     return parser
 
 

@@ -41,6 +41,7 @@ from bench.common import exit_on_sigterm, run_header
 from sglang_pask.bfcl.data import AST_CATEGORIES
 from sglang_pask.bfcl.grammar import item_ebnf
 from sglang_pask.bfcl.prompt import build_messages
+from sglang_pask.cli_paths import output_file
 from sglang_pask.config import KV_POLICIES
 from sglang_pask.server_process import ServerProcess
 
@@ -166,8 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-args", default="--chunked-prefill-size 512",
                         help="extra server flags for every configuration, one quoted string (default: "
                         "'--chunked-prefill-size 512', so that one prefill pass cannot fill the small pool)")
-    parser.add_argument("--json", default=None, help="write results and run details to this JSON file")
-    parser.add_argument("--plot", default=None, help="write a bar chart to this PNG file")
+    parser.add_argument("--json", type=output_file, default=None, help="write results and run details to this JSON file")
+    parser.add_argument("--plot", type=output_file, default=None, help="write a bar chart to this PNG file")
     return parser
 
 

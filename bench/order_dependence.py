@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from bench.bfcl import ask, select_items, served_model, server_flags
 from bench.common import exit_on_sigterm, run_header
+from sglang_pask.cli_paths import output_file
 from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem
 
 
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="BFCL item ids (the default ones are evaluation-split items); each is asked alone and after each other")
     p.add_argument("--server-args", default="--kv-layer-groups 4", help="more launcher arguments")
     p.add_argument("--max-tokens", type=int, default=256, help="answer length cap")
-    p.add_argument("--json", help="write every answer here")
+    p.add_argument("--json", type=output_file, help="write every answer here")
     return p
 
 

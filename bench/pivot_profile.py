@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from bench.common import run_header
+from sglang_pask.cli_paths import output_file
 
 
 class WindowScoreRecorder:
@@ -156,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dominance", type=float, default=None,
                         help="the online rule's dominance (default: PromptPruning's, 1.3)")
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
-    parser.add_argument("--json", default=None, help="write the profiles, command, date, machine and commit here")
+    parser.add_argument("--json", type=output_file, default=None, help="write the profiles, command, date, machine and commit here")
     return parser
 
 

@@ -57,6 +57,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from sglang_pask.cli_paths import output_file
 from sglang_pask.structure.tracker import RoleGrammar
 from sglang_pask.structure.vocab import TokenVocab
 
@@ -356,7 +357,7 @@ def main(argv: list[str] | None = None) -> None:
         help="also sweep the first N items of a BFCL category, one new grammar each",
     )
     parser.add_argument("--bfcl-category", default="simple_python")
-    parser.add_argument("--json", metavar="OUT", help="also write the results as JSON")
+    parser.add_argument("--json", type=output_file, metavar="OUT", help="also write the results as JSON")
     args = parser.parse_args(argv)
     header = run_header(sys.argv[1:] if argv is None else argv)
     for key, value in header.items():

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from sglang_pask.cli_paths import output_file
 from sglang_pask.structure import LABELS
 
 # One colour per role label (RGB), chosen so neighbouring roles differ.
@@ -138,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     grammar.add_argument("--regex", help="regex constraint")
     grammar.add_argument("--ebnf", help="EBNF grammar constraint (a file, or the grammar text)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--html", type=Path, help="also write the coloured page here")
+    parser.add_argument("--html", type=lambda text: Path(output_file(text)), help="also write the coloured page here")
     parser.add_argument("--no-color", action="store_true", help="terminal output as [token|role] text")
     return parser
 

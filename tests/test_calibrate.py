@@ -73,7 +73,8 @@ def test_shares_follow_layer_weighted_distortion():
 
 
 def test_bad_arguments_exit_2():
-    for args in (["--budget", "1.5"], ["--limit", "0"], ["--kv-layer-groups", "3-1"], ["--max-protected-share", "0"]):
+    for args in (["--budget", "1.5"], ["--limit", "0"], ["--kv-layer-groups", "3-1"], ["--max-protected-share", "0"],
+                 ["--out", "/no/such/directory/policy.json"]):  # refused before a 40-minute run, not after
         run = subprocess.run([sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 2 and "error" in run.stderr
