@@ -5,9 +5,9 @@
   here so that a malformed probe is a clear HTTP 400, not a scheduler-side surprise;
 
 and, after tokenization, prompts that SGLang 0.5.23 accepts and whose extend pass then kills the
-scheduler (stock SGLang on the CPU engine included): no tokens at all (``"text": ""`` or
-``"input_ids": []``) and ``input_ids`` outside the model's vocabulary. :func:`reject_unservable_prompt`
-makes both an HTTP 400.
+scheduler (stock SGLang on the CPU engine included): a text of no tokens (``"text": ""``; SGLang
+refuses ``"input_ids": []`` itself) and ``input_ids`` outside the model's vocabulary.
+:func:`reject_unservable_prompt` makes both an HTTP 400.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ def register(config: PaskConfig) -> None:
     # return_kv_roles (tokenizer manager): accept the sampling parameter, report only when asked;
     # calibration probes are checked there too.
     HookRegistry.register(_GENERATE_CONTRACT, contract_error, HookType.AROUND)
+    # Prompts the engine would die on (tokenizer manager): HTTP 400 instead.
     HookRegistry.register(_VALIDATE_REQUEST, reject_unservable_prompt, HookType.BEFORE)
     HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_role_flag(sampling_params_with_role_flag), HookType.AFTER)
     HookRegistry.register(_UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND)
