@@ -59,8 +59,8 @@ from sglang_pask.bfcl.report import (
     plot_accuracy_vs_budget,
 )
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
-from sglang_pask.server_process import ServerProcess
 from sglang_pask.cli_paths import output_file
+from sglang_pask.server_process import ServerProcess
 
 from bench.common import exit_on_sigterm, git_commit
 

@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--interleave", action="store_true",
                         help="start every mode's server at once and send each prompt to every mode in turn, "
                              "the others frozen (SIGSTOP) meanwhile (times comparable on a machine whose speed drifts; needs memory for all servers)")
-    parser.add_argument("--json", type=output_file, default=None, help="write results and run details to this JSON file")
+    parser.add_argument("--json", type=output_file, default=None,
+                        help="write results and run details to this JSON file")
     parser.add_argument("--markdown", type=output_file, default=None, help="write the table as Markdown to this file")
     return parser
 

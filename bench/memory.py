@@ -167,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-args", default="--chunked-prefill-size 512",
                         help="extra server flags for every configuration, one quoted string (default: "
                         "'--chunked-prefill-size 512', so that one prefill pass cannot fill the small pool)")
-    parser.add_argument("--json", type=output_file, default=None, help="write results and run details to this JSON file")
+    parser.add_argument("--json", type=output_file, default=None,
+                        help="write results and run details to this JSON file")
     parser.add_argument("--plot", type=output_file, default=None, help="write a bar chart to this PNG file")
     return parser
 

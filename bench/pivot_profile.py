@@ -157,7 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dominance", type=float, default=None,
                         help="the online rule's dominance (default: PromptPruning's, 1.3)")
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
-    parser.add_argument("--json", type=output_file, default=None, help="write the profiles, command, date, machine and commit here")
+    parser.add_argument("--json", type=output_file, default=None,
+                        help="write the profiles, command, date, machine and commit here")
     return parser
 
 

@@ -162,7 +162,8 @@ def shares_from_distortion(distortion: list[float], layers_per_group: list[int])
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
-    parser.add_argument("--out", type=output_file, default="pask_policy.json", help="policy file to write (default: pask_policy.json)")
+    parser.add_argument("--out", type=output_file, default="pask_policy.json",
+                        help="policy file to write (default: pask_policy.json)")
     parser.add_argument("--kv-layer-groups", default="4", help="layer groups to calibrate (default: 4)")
     parser.add_argument("--budget", type=float, default=0.33,
                         help="total KV budget the distortion is measured at and the floors must fit (default: 0.33)")

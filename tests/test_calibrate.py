@@ -78,6 +78,7 @@ def test_bad_arguments_exit_2():
         run = subprocess.run([sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 2 and "error" in run.stderr
+    assert "cannot write /no/such/directory/policy.json: directory /no/such/directory does not exist" in run.stderr
 
 
 def test_refit_for_keep_fits_the_floors_to_the_prompts_roles(tmp_path):
