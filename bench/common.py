@@ -6,6 +6,7 @@ benchmarks still run from a bare checkout on a machine without this package inst
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import shlex
@@ -104,3 +105,41 @@ def triton_refusal(device: Any, interpreted: bool, timed_instead: str) -> str | 
     if interpreted:
         return "Triton not timed: TRITON_INTERPRET=1 is set, so the kernels would run in the interpreter."
     return None
+
+
+def kernel_shape(text: str) -> tuple[int, int]:
+    """``argparse`` type of a kernel benchmark's ``--shapes`` entry: ``BATCHxTOKENS`` (e.g. ``8x4096``),
+    both positive integers.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        On anything else (the message names the entry).
+    """
+    batch, sep, tokens = text.lower().partition("x")
+    if sep and batch.isdigit() and tokens.isdigit() and int(batch) > 0 and int(tokens) > 0:
+        return int(batch), int(tokens)
+    raise argparse.ArgumentTypeError(f"{text!r} is not BATCHxTOKENS with two positive integers (e.g. 8x4096)")
+
+
+def kernel_run_meta(device: Any, repeats: int, options: dict[str, Any]) -> dict[str, Any]:
+    """What a kernel benchmark's numbers depend on: the device, torch, triton and Python versions, the
+    shape ``options`` it ran with, ``repeats``, the commit and the UTC date."""
+    import torch
+    import triton
+
+    return {
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "python": platform.python_version(),
+        **options,
+        "repeats": repeats,
+        "commit": git_commit(),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def optional_cell(value: float | None, spec: str) -> str:
+    """A table cell: ``value`` formatted by ``spec``, or ``-`` where it was not measured."""
+    return "-" if value is None else format(value, spec)

@@ -23,22 +23,19 @@ machine without CUDA the Triton columns are refused with a message and only torc
 
 Usage (from the repository root; needs only torch and triton, not an install of this package)::
 
-    python bench/kernel_skeleton_gather.py [--dim 4096] [--ratio 0.2] [--repeats N] [--json OUT]
+    python bench/kernel_skeleton_gather.py [--dim 4096] [--ratio 0.2] [--shapes BxT ...] [--repeats N] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The kernel module needs only torch and triton: importing it from its folder lets this run from a bare
@@ -46,7 +43,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "kernels"))
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.common import git_commit, median_ms, triton_refusal  # noqa: E402
+from bench.common import kernel_run_meta, kernel_shape, median_ms, optional_cell, triton_refusal  # noqa: E402
 from sglang_pask.cli_paths import output_file  # noqa: E402
 
 from skeleton_gather import (  # noqa: E402
@@ -59,7 +56,7 @@ from skeleton_gather import (  # noqa: E402
 )
 
 # (batch, tokens per sequence): one long prompt, mid-size batches, a wide batch of short ones.
-SHAPES = ((1, 32768), (1, 8192), (8, 4096), (64, 1024))
+DEFAULT_SHAPES = ((1, 32768), (1, 8192), (8, 4096), (64, 1024))
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -155,29 +152,8 @@ def bench_shape(batch: int, tokens: int, args: argparse.Namespace, device: torch
             row("scatter", scatter_ms, triton_scatter_ms, scatter_bytes, scatter_equal)]
 
 
-def run_meta(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """What the numbers depend on: the device, the software, the shape options, the commit and the time."""
-    return {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "dim": args.dim,
-        "dtype": args.dtype,
-        "ratio": args.ratio,
-        "window": args.window,
-        "residual": not args.no_residual,
-        "repeats": args.repeats,
-        "commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
 def print_table(rows: list[Row]) -> None:
     """One line per (operation, shape)."""
-    def cell(value: float | None, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
-
     head = (f"{'op':>7} {'batch':>5} {'tokens':>7} {'kept':>6} {'reference ms':>13} {'index ms':>9}"
             f" {'triton ms':>10} {'ref/tri':>8} {'idx/tri':>8} {'triton GB/s':>12} {'bitwise':>8}")
     print(head)
@@ -185,8 +161,8 @@ def print_table(rows: list[Row]) -> None:
     for r in rows:
         equal = "-" if r.bitwise_equal is None else ("yes" if r.bitwise_equal else "NO")
         print(f"{r.op:>7} {r.batch:>5} {r.tokens:>7} {r.kept:>6} {r.reference_ms:>13.3f} {r.index_ms:>9.3f}"
-              f" {cell(r.triton_ms, '.3f'):>10} {cell(r.speedup_vs_reference, '.1f'):>8}"
-              f" {cell(r.speedup_vs_index, '.2f'):>8} {cell(r.triton_gbps, '.0f'):>12} {equal:>8}")
+              f" {optional_cell(r.triton_ms, '.3f'):>10} {optional_cell(r.speedup_vs_reference, '.1f'):>8}"
+              f" {optional_cell(r.speedup_vs_index, '.2f'):>8} {optional_cell(r.triton_gbps, '.0f'):>12} {equal:>8}")
     print("ref/tri, idx/tri = reference ms or torch index ms / triton ms; "
           "GB/s = bytes read and written once / triton ms")
 
@@ -198,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ratio", type=float, default=0.2, help="share kept by score (StructKV's R_struct)")
     parser.add_argument("--window", type=int, default=8, help="trailing tokens always kept")
     parser.add_argument("--no-residual", action="store_true", help="gather the hidden states without a residual")
+    parser.add_argument("--shapes", type=kernel_shape, nargs="+", default=list(DEFAULT_SHAPES), metavar="BxT",
+                        help="batch x tokens per sequence (default: "
+                        + " ".join(f"{b}x{t}" for b, t in DEFAULT_SHAPES) + ")")
     parser.add_argument("--repeats", type=int, help="timed calls per function (median kept); "
                         "default 20 on CUDA, 1 on CPU")
     parser.add_argument("--json", type=output_file, metavar="OUT", help="also write the results as JSON")
@@ -212,8 +191,10 @@ def main(argv: list[str] | None = None) -> None:
     if refusal:
         print(refusal)
     torch.manual_seed(0)
-    rows = [row for batch, tokens in SHAPES for row in bench_shape(batch, tokens, args, device, refusal is None)]
-    meta = run_meta(args, device)
+    rows = [row for batch, tokens in args.shapes for row in bench_shape(batch, tokens, args, device, refusal is None)]
+    meta = kernel_run_meta(device, args.repeats, {"dim": args.dim, "dtype": args.dtype, "ratio": args.ratio,
+                                                  "window": args.window, "residual": not args.no_residual,
+                                                  "shapes": args.shapes})
     print(f"{meta['device']}: hidden size {args.dim}, {args.dtype}, ratio {args.ratio} + window {args.window}, "
           f"{'with' if meta['residual'] else 'without'} residual; median of {args.repeats} calls")
     print_table(rows)

@@ -13,22 +13,19 @@ machine without CUDA the Triton column is refused with a message and only the re
 
 Usage (from the repository root; needs only torch and triton, not an install of this package)::
 
-    python bench/kernel_window_scores.py [--windows 8 32] [--repeats N] [--json OUT]
+    python bench/kernel_window_scores.py [--windows 8 32] [--shapes BxT ...] [--repeats N] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import platform
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
-import triton
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The kernel module needs only torch and triton: importing it from its folder lets this run from a bare
@@ -36,13 +33,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT / "kernels"))
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.common import git_commit, median_ms, triton_refusal  # noqa: E402
+from bench.common import kernel_run_meta, kernel_shape, median_ms, optional_cell, triton_refusal  # noqa: E402
 from sglang_pask.cli_paths import output_file  # noqa: E402
 
 from window_scores import runs_interpreted, window_scores_reference, window_scores_triton  # noqa: E402
 
 # (batch, tokens per sequence): one long prompt, mid-size batches, a wide batch of short ones.
-SHAPES = ((1, 32768), (1, 8192), (8, 4096), (64, 1024))
+DEFAULT_SHAPES = ((1, 32768), (1, 8192), (8, 4096), (64, 1024))
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -87,35 +84,16 @@ def bench_shape(batch: int, tokens: int, window: int, args: argparse.Namespace, 
                key_bytes / triton_ms / 1e6, diff)
 
 
-def run_meta(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
-    """What the numbers depend on: the device, the software, the layer shape, the commit and the time."""
-    return {
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__,
-        "triton": triton.__version__,
-        "python": platform.python_version(),
-        "q_heads": args.q_heads,
-        "kv_heads": args.kv_heads,
-        "head_dim": args.head_dim,
-        "dtype": args.dtype,
-        "repeats": args.repeats,
-        "commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
-
-
 def print_table(rows: list[Row]) -> None:
     """One line per shape."""
-    def cell(value: float | None, spec: str) -> str:
-        return "-" if value is None else format(value, spec)
-
     head = (f"{'batch':>5} {'tokens':>7} {'window':>6} {'reference ms':>13} {'triton ms':>10} {'ratio':>7}"
             f" {'triton key GB/s':>16} {'max |diff|':>11}")
     print(head)
     print("-" * len(head))
     for r in rows:
-        print(f"{r.batch:>5} {r.tokens:>7} {r.window:>6} {r.reference_ms:>13.3f} {cell(r.triton_ms, '.3f'):>10}"
-              f" {cell(r.speedup, '.1f'):>7} {cell(r.triton_key_gbps, '.0f'):>16} {cell(r.max_abs_diff, '.2e'):>11}")
+        print(f"{r.batch:>5} {r.tokens:>7} {r.window:>6} {r.reference_ms:>13.3f}"
+              f" {optional_cell(r.triton_ms, '.3f'):>10} {optional_cell(r.speedup, '.1f'):>7}"
+              f" {optional_cell(r.triton_key_gbps, '.0f'):>16} {optional_cell(r.max_abs_diff, '.2e'):>11}")
     print("ratio = reference ms / triton ms; key GB/s = the keys' bytes (read once) / triton ms")
 
 
@@ -127,6 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--dtype", choices=list(DTYPES), default="bf16")
+    parser.add_argument("--shapes", type=kernel_shape, nargs="+", default=list(DEFAULT_SHAPES), metavar="BxT",
+                        help="batch x tokens per sequence (default: "
+                        + " ".join(f"{b}x{t}" for b, t in DEFAULT_SHAPES) + ")")
     parser.add_argument("--repeats", type=int, help="timed calls per function (median kept); "
                         "default 20 on CUDA, 1 on CPU")
     parser.add_argument("--json", type=output_file, metavar="OUT", help="also write the results as JSON")
@@ -142,8 +123,10 @@ def main(argv: list[str] | None = None) -> None:
         print(refusal)
     torch.manual_seed(0)
     rows = [bench_shape(batch, tokens, window, args, device, refusal is None)
-            for window in args.windows for batch, tokens in SHAPES]
-    meta = run_meta(args, device)
+            for window in args.windows for batch, tokens in args.shapes]
+    meta = kernel_run_meta(device, args.repeats, {"q_heads": args.q_heads, "kv_heads": args.kv_heads,
+                                                  "head_dim": args.head_dim, "dtype": args.dtype,
+                                                  "shapes": args.shapes})
     print(f"{meta['device']}: {args.q_heads} q / {args.kv_heads} kv heads, head dim {args.head_dim}, "
           f"{args.dtype}; median of {args.repeats} calls")
     print_table(rows)

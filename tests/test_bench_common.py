@@ -1,14 +1,18 @@
-"""``bench/common.py``: the header every result file starts with, and a clean exit on SIGTERM."""
+"""``bench/common.py``: the header every result file starts with, a clean exit on SIGTERM, and the
+kernel benchmarks' shared options and metadata."""
 
 from __future__ import annotations
 
+import argparse
 import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from bench.common import markdown_header, run_header
+import pytest
+
+from bench.common import kernel_run_meta, kernel_shape, markdown_header, optional_cell, run_header
 
 
 def test_run_header_names_the_command_date_machine_and_commit():
@@ -48,3 +52,25 @@ def test_sigterm_runs_the_benchmarks_finally_blocks(tmp_path):
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 143
     assert marker.read_text() == "servers stopped"
+
+
+def test_kernel_shape_reads_batch_x_tokens_and_names_what_it_refuses():
+    assert kernel_shape("8x4096") == (8, 4096)
+    assert kernel_shape("1X32768") == (1, 32768)
+    for bad in ("8", "8x", "x4096", "0x64", "8x0", "-1x64", "8x4096x2", "ax64", "8 x 64"):
+        with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
+            kernel_shape(bad)
+
+
+def test_kernel_run_meta_records_the_software_the_options_and_the_commit():
+    torch = pytest.importorskip("torch")
+    meta = kernel_run_meta(torch.device("cpu"), 3, {"dim": 64, "shapes": [(2, 16)]})
+    assert meta["device"] and meta["torch"] == torch.__version__ and meta["triton"]
+    assert meta["dim"] == 64 and meta["shapes"] == [(2, 16)] and meta["repeats"] == 3
+    assert re.fullmatch(r"([0-9a-f]{40}(-dirty)?|unknown)", meta["commit"])
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", meta["date"])
+
+
+def test_optional_cell_formats_a_value_or_marks_it_unmeasured():
+    assert optional_cell(1.23456, ".2f") == "1.23"
+    assert optional_cell(None, ".2f") == "-"
