@@ -5,7 +5,8 @@ For each shape (one attention layer: ``--q-heads`` query heads over ``--kv-heads
 token pool is scored by ``window_scores_reference`` (gather, matmul, mask, softmax, sum per sequence)
 and by ``window_scores_triton``; each runs ``--repeats`` times after a warm-up and keeps its median.
 The table gives both times, the speed-up, the Triton kernel's effective key bandwidth (the keys'
-bytes once, over its time; it reads them twice) and the largest difference between the two results.
+bytes once, over its time; it reads them twice), the largest difference between the two results and
+whether they agree within the kernel tests' tolerance for the dtype.
 
 Triton is timed only on a CUDA device with compiled kernels: interpreter timings
 (``TRITON_INTERPRET=1``, the only way Triton runs on a CPU) say nothing about the kernel, so on a
@@ -41,6 +42,8 @@ from window_scores import runs_interpreted, window_scores_reference, window_scor
 # (batch, tokens per sequence): one long prompt, mid-size batches, a wide batch of short ones.
 DEFAULT_SHAPES = ((1, 32768), (1, 8192), (8, 4096), (64, 1024))
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# atol = rtol of the Triton scores against the reference, per input dtype (as the kernel's CPU tests)
+TOLERANCES = {"bf16": 1e-3, "fp16": 1e-3, "fp32": 1e-5}
 
 
 @dataclass
@@ -55,6 +58,7 @@ class Row:
     speedup: float | None
     triton_key_gbps: float | None
     max_abs_diff: float | None
+    matches_reference: bool | None
 
 
 def make_batch(batch: int, tokens: int, window: int, args: argparse.Namespace, device: torch.device
@@ -76,25 +80,29 @@ def bench_shape(batch: int, tokens: int, window: int, args: argparse.Namespace, 
     inputs = make_batch(batch, tokens, window, args, device)
     reference_ms = median_ms(lambda: window_scores_reference(**inputs), args.repeats, device)
     if not time_triton:
-        return Row(batch, tokens, window, reference_ms, None, None, None, None)
+        return Row(batch, tokens, window, reference_ms, None, None, None, None, None)
     triton_ms = median_ms(lambda: window_scores_triton(**inputs), args.repeats, device)
-    diff = (window_scores_triton(**inputs) - window_scores_reference(**inputs)).abs().max().item()
+    got, expected = window_scores_triton(**inputs), window_scores_reference(**inputs)
+    tol = TOLERANCES[args.dtype]
     key_bytes = batch * tokens * args.kv_heads * args.head_dim * inputs["k_buffer"].element_size()
     return Row(batch, tokens, window, reference_ms, triton_ms, reference_ms / triton_ms,
-               key_bytes / triton_ms / 1e6, diff)
+               key_bytes / triton_ms / 1e6, (got - expected).abs().max().item(),
+               torch.allclose(got, expected, atol=tol, rtol=tol))
 
 
 def print_table(rows: list[Row]) -> None:
     """One line per shape."""
     head = (f"{'batch':>5} {'tokens':>7} {'window':>6} {'reference ms':>13} {'triton ms':>10} {'ratio':>7}"
-            f" {'triton key GB/s':>16} {'max |diff|':>11}")
+            f" {'triton key GB/s':>16} {'max |diff|':>11} {'close':>6}")
     print(head)
     print("-" * len(head))
     for r in rows:
+        close = "-" if r.matches_reference is None else ("yes" if r.matches_reference else "NO")
         print(f"{r.batch:>5} {r.tokens:>7} {r.window:>6} {r.reference_ms:>13.3f}"
               f" {optional_cell(r.triton_ms, '.3f'):>10} {optional_cell(r.speedup, '.1f'):>7}"
-              f" {optional_cell(r.triton_key_gbps, '.0f'):>16} {optional_cell(r.max_abs_diff, '.2e'):>11}")
-    print("ratio = reference ms / triton ms; key GB/s = the keys' bytes (read once) / triton ms")
+              f" {optional_cell(r.triton_key_gbps, '.0f'):>16} {optional_cell(r.max_abs_diff, '.2e'):>11} {close:>6}")
+    print("ratio = reference ms / triton ms; key GB/s = the keys' bytes (read once) / triton ms; "
+          "close: within atol = rtol = " + ", ".join(f"{t:g} ({d})" for d, t in TOLERANCES.items()))
 
 
 def build_parser() -> argparse.ArgumentParser:

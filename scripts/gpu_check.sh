@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The checks a session runs in one call when a GPU machine is lent (the device tool), from the
+# repository root, with torch and triton (all that machine has; no install of this package):
+#   1. the machine: nvidia-smi, the torch / triton versions, the device name;
+#   2. bench/kernel_window_scores.py and bench/kernel_skeleton_gather.py at their default shapes
+#      (up to 32K tokens): compiled Triton against the torch references, timed side by side, and
+#      whether Triton's results agree with them (within tolerance / bit for bit).
+# Everything goes to $OUT (the device tool's folder that comes back; ./gpu_check_out without it):
+# env.txt, one .txt (the table) and one .json per benchmark, verdict.txt.
+# Exit status: 0 every Triton result agrees; 1 a result disagrees or a benchmark failed; 3 Triton
+# was not timed (no CUDA device: on a CPU this only checks that the script runs).
+# SHAPES="2x64 1x100" (BATCHxTOKENS) replaces the default shapes, for a dry run.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+OUT="${OUT:-gpu_check_out}"
+PYTHON="${PYTHON:-python}"
+mkdir -p "$OUT"
+shapes=()
+if [ -n "${SHAPES:-}" ]; then
+    read -r -a shapes <<< "--shapes $SHAPES"
+fi
+
+{
+    nvidia-smi || echo "nvidia-smi: not available"
+    "$PYTHON" -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__);
+print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'no CUDA device')"
+} > "$OUT/env.txt" 2>&1
+
+status=0
+for bench in kernel_window_scores kernel_skeleton_gather; do
+    echo "== $bench"
+    if ! timeout 240 "$PYTHON" "bench/$bench.py" "${shapes[@]}" --json "$OUT/$bench.json" > "$OUT/$bench.txt" 2>&1; then
+        echo "$bench failed (exit status or timeout): see $OUT/$bench.txt"
+        status=1
+    fi
+    cat "$OUT/$bench.txt"
+done
+
+"$PYTHON" - "$OUT" "$status" <<'PY' | tee "$OUT/verdict.txt"
+import json, sys
+from pathlib import Path
+
+out, status = Path(sys.argv[1]), int(sys.argv[2])
+agree = {"kernel_window_scores": "matches_reference", "kernel_skeleton_gather": "bitwise_equal"}
+not_timed = False
+for bench, column in agree.items():
+    path = out / f"{bench}.json"
+    if not path.exists():
+        print(f"{bench}: no results")
+        status = 1
+        continue
+    record = json.loads(path.read_text())
+    if record["triton_refused"]:
+        print(f"{bench}: {record['triton_refused']}")
+        not_timed = True
+        continue
+    bad = [row for row in record["rows"] if not row[column]]
+    print(f"{bench}: {len(record['rows']) - len(bad)} of {len(record['rows'])} rows agree with torch ({column})")
+    for row in bad:
+        print(f"  disagrees: {row}")
+    status = status or (1 if bad else 0)
+if status == 0 and not_timed:
+    status = 3
+print(f"verdict: exit status {status}")
+sys.exit(status)
+PY
