@@ -29,7 +29,7 @@ print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 
 status=0
 for bench in kernel_window_scores kernel_skeleton_gather; do
     echo "== $bench"
-    if ! timeout 240 "$PYTHON" "bench/$bench.py" "${shapes[@]}" --json "$OUT/$bench.json" > "$OUT/$bench.txt" 2>&1; then
+    if ! timeout 240 "$PYTHON" "bench/$bench.py" ${shapes[@]+"${shapes[@]}"} --json "$OUT/$bench.json" > "$OUT/$bench.txt" 2>&1; then
         echo "$bench failed (exit status or timeout): see $OUT/$bench.txt"
         status=1
     fi
