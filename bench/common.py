@@ -117,7 +117,7 @@ def kernel_shape(text: str) -> tuple[int, int]:
         On anything else (the message names the entry).
     """
     batch, sep, tokens = text.lower().partition("x")
-    if sep and batch.isdigit() and tokens.isdigit() and int(batch) > 0 and int(tokens) > 0:
+    if sep and batch.isdecimal() and tokens.isdecimal() and int(batch) > 0 and int(tokens) > 0:
         return int(batch), int(tokens)
     raise argparse.ArgumentTypeError(f"{text!r} is not BATCHxTOKENS with two positive integers (e.g. 8x4096)")
 

@@ -37,13 +37,16 @@ sys.path.insert(0, str(REPO_ROOT))
 from bench.common import kernel_run_meta, kernel_shape, median_ms, optional_cell, triton_refusal  # noqa: E402
 from sglang_pask.cli_paths import output_file  # noqa: E402
 
-from window_scores import runs_interpreted, window_scores_reference, window_scores_triton  # noqa: E402
+from window_scores import (  # noqa: E402
+    SCORE_TOLERANCES,
+    runs_interpreted,
+    window_scores_reference,
+    window_scores_triton,
+)
 
 # (batch, tokens per sequence): one long prompt, mid-size batches, a wide batch of short ones.
 DEFAULT_SHAPES = ((1, 32768), (1, 8192), (8, 4096), (64, 1024))
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-# atol = rtol of the Triton scores against the reference, per input dtype (as the kernel's CPU tests)
-TOLERANCES = {"bf16": 1e-3, "fp16": 1e-3, "fp32": 1e-5}
 
 
 @dataclass
@@ -83,15 +86,15 @@ def bench_shape(batch: int, tokens: int, window: int, args: argparse.Namespace, 
         return Row(batch, tokens, window, reference_ms, None, None, None, None, None)
     triton_ms = median_ms(lambda: window_scores_triton(**inputs), args.repeats, device)
     got, expected = window_scores_triton(**inputs), window_scores_reference(**inputs)
-    tol = TOLERANCES[args.dtype]
+    tol = SCORE_TOLERANCES[DTYPES[args.dtype]]
     key_bytes = batch * tokens * args.kv_heads * args.head_dim * inputs["k_buffer"].element_size()
     return Row(batch, tokens, window, reference_ms, triton_ms, reference_ms / triton_ms,
                key_bytes / triton_ms / 1e6, (got - expected).abs().max().item(),
                torch.allclose(got, expected, atol=tol, rtol=tol))
 
 
-def print_table(rows: list[Row]) -> None:
-    """One line per shape."""
+def print_table(rows: list[Row], tolerance: float) -> None:
+    """One line per shape; ``tolerance`` is the atol = rtol the ``close`` column was judged by."""
     head = (f"{'batch':>5} {'tokens':>7} {'window':>6} {'reference ms':>13} {'triton ms':>10} {'ratio':>7}"
             f" {'triton key GB/s':>16} {'max |diff|':>11} {'close':>6}")
     print(head)
@@ -102,7 +105,7 @@ def print_table(rows: list[Row]) -> None:
               f" {optional_cell(r.triton_ms, '.3f'):>10} {optional_cell(r.speedup, '.1f'):>7}"
               f" {optional_cell(r.triton_key_gbps, '.0f'):>16} {optional_cell(r.max_abs_diff, '.2e'):>11} {close:>6}")
     print("ratio = reference ms / triton ms; key GB/s = the keys' bytes (read once) / triton ms; "
-          "close: within atol = rtol = " + ", ".join(f"{t:g} ({d})" for d, t in TOLERANCES.items()))
+          f"close: within atol = rtol = {tolerance:g}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,7 +140,7 @@ def main(argv: list[str] | None = None) -> None:
                                                   "shapes": args.shapes})
     print(f"{meta['device']}: {args.q_heads} q / {args.kv_heads} kv heads, head dim {args.head_dim}, "
           f"{args.dtype}; median of {args.repeats} calls")
-    print_table(rows)
+    print_table(rows, SCORE_TOLERANCES[DTYPES[args.dtype]])
     if args.json:
         record = {"meta": meta, "triton_refused": refusal, "rows": [asdict(r) for r in rows]}
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")

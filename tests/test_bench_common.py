@@ -57,7 +57,7 @@ def test_sigterm_runs_the_benchmarks_finally_blocks(tmp_path):
 def test_kernel_shape_reads_batch_x_tokens_and_names_what_it_refuses():
     assert kernel_shape("8x4096") == (8, 4096)
     assert kernel_shape("1X32768") == (1, 32768)
-    for bad in ("8", "8x", "x4096", "0x64", "8x0", "-1x64", "8x4096x2", "ax64", "8 x 64"):
+    for bad in ("8", "8x", "x4096", "0x64", "8x0", "-1x64", "8x4096x2", "ax64", "8 x 64", "\u00b2x64"):
         with pytest.raises(argparse.ArgumentTypeError, match=re.escape(repr(bad))):
             kernel_shape(bad)
 
