@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from bench.common import kernel_run_meta, kernel_shape, markdown_header, optional_cell, run_header
 
@@ -63,7 +64,6 @@ def test_kernel_shape_reads_batch_x_tokens_and_names_what_it_refuses():
 
 
 def test_kernel_run_meta_records_the_software_the_options_and_the_commit():
-    torch = pytest.importorskip("torch")
     meta = kernel_run_meta(torch.device("cpu"), 3, {"dim": 64, "shapes": [(2, 16)]})
     assert meta["device"] and meta["torch"] == torch.__version__ and meta["triton"]
     assert meta["dim"] == 64 and meta["shapes"] == [(2, 16)] and meta["repeats"] == 3

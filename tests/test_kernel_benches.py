@@ -15,9 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("triton")
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 CUDA = torch.cuda.is_available()
