@@ -9,7 +9,9 @@ off so that no request reads another's prompt) and the layer groups to calibrate
    (probe ``distortion_budget``).
 2. **Task-error sensitivity**, measured on the *sensitivity items*: those full KV answers correctly
    (every item if it answers none). The sensitivity of a probe is the share of them whose answer it
-   turns incorrect.
+   turns incorrect. ``--sensitivity-per-category K`` keeps at most K of them per BFCL category
+   (spread evenly over the category's correct items), so that categories full KV rarely answers
+   correctly, such as the multi-call ones, weigh as much as the abundant single-call ones.
 
    * Screening: every role with at least ``--min-role-share`` of the tokens is dropped in every layer
      group at once (probe ``drop_group: "all"``): ``s_all[r]``.
@@ -92,6 +94,31 @@ def role_shares(counts: Counter) -> list[float]:
     return [counts.get(role.label, 0) / total if total else 0.0 for role in Role]
 
 
+def balance_by_category(items: Sequence[Any], per_category: Optional[int]) -> list[Any]:
+    """At most ``per_category`` of ``items`` from each category, spread evenly over its items.
+
+    Parameters
+    ----------
+    items : sequence
+        Items with a ``category`` attribute, in the order to sample from.
+    per_category : int or None
+        The cap per category; None keeps every item.
+
+    Returns
+    -------
+    list
+        The chosen items, in their order in ``items``.
+    """
+    if per_category is None:
+        return list(items)
+    positions: dict[str, list[int]] = {}
+    for position, item in enumerate(items):
+        positions.setdefault(item.category, []).append(position)
+    chosen = {group[i * len(group) // min(per_category, len(group))]
+              for group in positions.values() for i in range(min(per_category, len(group)))}
+    return [items[position] for position in sorted(chosen)]
+
+
 def floors_from_sensitivity(sensitivity: list[list[float]], frequencies: list[float], budgets: list[float],
                             max_protected_share: float = 0.6) -> list[list[float]]:
     """Floors from task-error sensitivity: a knapsack per group (module docstring, step 3).
@@ -171,6 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"recent window, as the server will use it (default: {DEFAULT_KV_WINDOW})")
     parser.add_argument("--limit", type=int, default=None,
                         help="use this many calibration items (spread over the categories; default: all)")
+    parser.add_argument("--sensitivity-per-category", type=int, default=None, metavar="K",
+                        help="measure sensitivity on at most K of the items full KV answers correctly per category "
+                             "(default: all of them)")
     parser.add_argument("--min-role-share", type=float, default=0.002,
                         help="probe only roles with at least this share of the tokens (default: 0.002)")
     parser.add_argument("--max-protected-share", type=float, default=0.6,
@@ -204,6 +234,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail(f"--max-protected-share must be in (0, 1], got {args.max_protected_share}")
     if args.limit is not None and args.limit < 1:
         _fail(f"--limit must be at least 1, got {args.limit}")
+    if args.sensitivity_per_category is not None and args.sensitivity_per_category < 1:
+        _fail(f"--sensitivity-per-category must be at least 1, got {args.sensitivity_per_category}")
     try:
         groups_spec = LayerGroupSpec.parse(args.kv_layer_groups)
     except ValueError as err:
@@ -279,7 +311,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # A probe's answer gets the room of the full-KV answer plus a margin: an answer that runs
         # past it is almost surely wrong, and runaway answers would otherwise dominate the time.
         answer_cap.update({r.item_id: min(args.max_tokens, r.answer_tokens + PROBE_ANSWER_MARGIN) for r in base})
-        sensitivity_items = [item for item in items if baseline_valid[item.id]] or items
+        sensitivity_items = balance_by_category([item for item in items if baseline_valid[item.id]] or items,
+                                                args.sensitivity_per_category)
         prompt_counts = Counter(label for run_ in base for label in run_.prompt_roles)
         all_counts = prompt_counts + Counter(label for run_ in base for label in run_.answer_roles)
         frequencies_by_mode = {"compress": role_shares(all_counts), "keep": role_shares(prompt_counts)}
@@ -315,6 +348,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "probe_answer_margin": PROBE_ANSWER_MARGIN,
         "grammar": grammar,
         "accuracy_full": accuracy_full,
+        "sensitivity_per_category": args.sensitivity_per_category,
         "sensitivity_items": [item.id for item in sensitivity_items],
         "error_rate_dropped_everywhere": {role.label: joint[role] for role in probed},
         "error_rate_dropped": {f"{g}:{role.label}": per_group[g][role] for g in range(len(ranges))

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from sglang_pask.calibrate import (floors_from_sensitivity, policy_table, shares_from_distortion,
-                                   spread_joint_sensitivity)
+from sglang_pask.calibrate import (balance_by_category, floors_from_sensitivity, policy_table,
+                                   shares_from_distortion, spread_joint_sensitivity)
 from sglang_pask.policy import load_policy_file
 from sglang_pask.policy.pask import NUM_ROLES
 from sglang_pask.policy.pask_file import table_to_json
@@ -72,8 +73,17 @@ def test_shares_follow_layer_weighted_distortion():
     assert shares_from_distortion([0.0, 0.0], [1, 3]) == [0.25, 0.75]
 
 
+def test_sensitivity_items_balanced_by_category_keep_order_and_spread():
+    items = [SimpleNamespace(id=f"{category}_{i}", category=category)
+             for category, count in (("simple", 6), ("parallel_multiple", 1), ("multiple", 4)) for i in range(count)]
+    chosen = [item.id for item in balance_by_category(items, 2)]
+    assert chosen == ["simple_0", "simple_3", "parallel_multiple_0", "multiple_0", "multiple_2"]
+    assert balance_by_category(items, None) == items
+    assert balance_by_category(items, 10) == items
+
+
 def test_bad_arguments_exit_2():
-    for args in (["--budget", "1.5"], ["--limit", "0"], ["--kv-layer-groups", "3-1"], ["--max-protected-share", "0"],
+    for args in (["--budget", "1.5"], ["--limit", "0"], ["--sensitivity-per-category", "0"], ["--kv-layer-groups", "3-1"], ["--max-protected-share", "0"],
                  ["--out", "/no/such/directory/policy.json"]):  # refused before a 40-minute run, not after
         run = subprocess.run([sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True,
                              timeout=120)
