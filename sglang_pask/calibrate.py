@@ -241,6 +241,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         _fail(str(err))
     if args.refit is not None:
+        measuring_only = [flag for flag, value in (("--limit", args.limit),
+                                                   ("--sensitivity-per-category", args.sensitivity_per_category),
+                                                   ("--server-args", args.server_args or None)) if value is not None]
+        if measuring_only:
+            _fail(f"--refit measures nothing, so {', '.join(measuring_only)} would have no effect (calibrate again "
+                  f"without --refit to use it)")
         return refit(args, argv)
     grammar = args.grammar or "ebnf"
 

@@ -178,6 +178,8 @@ def test_refit_refuses_what_its_source_cannot_give(tmp_path):
          "items ['no_such_item'] are not in the BFCL data"),
         (["--refit", str(tmp_path / "absent.json"), "--model-path", str(model)], "cannot read it"),
         (["--refit", str(source), "--model-path", str(other)], "calibrated for model 'm'"),
+        (["--refit", str(source), "--model-path", str(model), "--sensitivity-per-category", "3", "--limit", "4"],
+         "so --limit, --sensitivity-per-category would have no effect"),
     ):
         run = calibrate(*args, "--out", str(tmp_path / "out.json"))
         assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
