@@ -1,7 +1,6 @@
 """What the text of a regex or EBNF grammar tells about the roles of the text it allows.
 
-Regex: the regex's parse tree (Python's own regex parser, ``re._parser``, which reads the constructs
-that xgrammar's regex dialect and Python's share) gives its literal runs:
+Regex: the regex's syntax tree as written (:mod:`.regex_syntax`) gives its literal runs:
 
 - a regex whose literals contain ``(`` and ``=`` describes Python call syntax (BFCL's
   ``[func(a=1, b="x")]``); literal ``name(`` runs name the functions and ``key=`` runs their keyword
@@ -20,12 +19,10 @@ from __future__ import annotations
 
 import json
 import re
-import re._constants as _c  # Python's regex parser; stable since Python 2 under other names
-import re._parser as _p
 from dataclasses import dataclass
-from typing import Any
 
 from .function_docs import FunctionSpec
+from .regex_syntax import GROUP, Node, Seq, literal_strings, parse
 from .roles import Role
 
 _CALL_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\(|([A-Za-z_][A-Za-z0-9_]*)=(?!=)")
@@ -34,7 +31,6 @@ _FUNC_LITERAL_RE = re.compile(r"([A-Za-z_][A-Za-z0-9_.]*)\($")
 _EBNF_LEXEME_RE = re.compile(r'"((?:[^"\\\n]|\\.)*)"|\[(?:[^\]\\]|\\.)*\]|#[^\n]*')
 _CAPTURE_RE = re.compile(r'([A-Za-z_][A-Za-z0-9_.-]*)\s*\[\s*capture\s*(?:=\s*"([^"]*)")?\s*\]')
 _WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_REPEATS = (_c.MAX_REPEAT, _c.MIN_REPEAT, _c.POSSESSIVE_REPEAT)
 _PY_LITERALS = frozenset({"True", "False", "None"})
 
 
@@ -47,36 +43,11 @@ class GrammarInfo:
     keywords: frozenset[str]
 
 
-def _literal_strings(seq: Any, limit: int = 64) -> list[str] | None:
-    """Every string ``seq`` matches, if it is a finite choice of literals (at most ``limit``)."""
-    out = [""]
-    for op, av in seq:
-        if op is _c.LITERAL:
-            out = [s + chr(av) for s in out]
-            continue
-        if op is _c.SUBPATTERN:
-            alts = [av[3]]
-        elif op is _c.BRANCH:
-            alts = av[1]
-        else:
-            return None
-        tails: list[str] = []
-        for alt in alts:
-            got = _literal_strings(alt, limit)
-            if got is None:
-                return None
-            tails.extend(got)
-        out = [s + t for s in out for t in tails]
-        if len(out) > limit:
-            return None
-    return out
-
-
-def _is_enum_value(item: tuple[Any, Any] | None) -> bool:
-    """True if ``item`` is a choice between two or more literal strings other than True/False/None."""
-    if item is None or item[0] not in (_c.SUBPATTERN, _c.BRANCH):
+def _is_enum_value(node: Node) -> bool:
+    """True if ``node`` is a group choosing between two or more literal strings other than True/False/None."""
+    if not isinstance(node, tuple) or node[0] != GROUP:
         return False
-    strings = _literal_strings([item])
+    strings = literal_strings([node])
     return strings is not None and len(set(strings)) >= 2 and not set(strings) <= _PY_LITERALS
 
 
@@ -91,7 +62,7 @@ class _Collector:
         self.has_paren = False
         self.has_equals = False
 
-    def run(self, text: str, opt: int, following: tuple[Any, Any] | None) -> None:
+    def run(self, text: str, opt: int, following: Node) -> None:
         self.words.update(_WORD_RE.findall(text))
         self.has_paren |= "(" in text
         self.has_equals |= "=" in text
@@ -111,27 +82,25 @@ class _Collector:
                 if m.end() == len(text) and _is_enum_value(following):
                     self.enums[name].add(arg)
 
-    def walk(self, seq: Any, opt: int) -> None:
+    def walk(self, seq: Seq, opt: int) -> None:
+        """Collect the literal runs of ``seq``; ``opt`` counts the optional constructs around it."""
         run: list[str] = []
-        items = list(seq)
-        for op, av in items:
-            if op is _c.LITERAL:
-                run.append(chr(av))
+        for node in seq:
+            if isinstance(node, str):
+                run.append(node)
                 continue
             if run:
-                self.run("".join(run), opt, (op, av))
+                self.run("".join(run), opt, node)
                 run = []
-            if op is _c.SUBPATTERN:
-                self.walk(av[3], opt)
-            elif op is _c.ATOMIC_GROUP:
-                self.walk(av, opt)
-            elif op is _c.BRANCH:
-                alts = av[1]
-                inner = opt + (1 if any(len(a) == 0 for a in alts) else 0)
+            if node is None:
+                continue
+            if node[0] == GROUP:
+                alts = node[1]
+                inner = opt + (1 if len(alts) > 1 and not all(alts) else 0)
                 for alt in alts:
                     self.walk(alt, inner)
-            elif op in _REPEATS:
-                self.walk(av[2], opt + (1 if av[0] == 0 else 0))
+            else:  # REPEAT: (REPEAT, least count, [node])
+                self.walk(node[2], opt + (1 if node[1] == 0 else 0))
         if run:
             self.run("".join(run), opt, None)
 
@@ -144,12 +113,8 @@ def analyze_regex(regex: str) -> GrammarInfo:
     ValueError
         If the regex does not parse.
     """
-    try:
-        tree = _p.parse(regex)
-    except re.error as e:
-        raise ValueError(f"regex does not parse at position {e.pos}: {e.msg}") from None
     col = _Collector()
-    col.walk(tree, 0)
+    col.walk(parse(regex), 0)
     functions = tuple(
         FunctionSpec(
             name,

@@ -18,8 +18,9 @@ A role machine walks a token's bytes; which one depends on the grammar (:meth:`R
 - other ``regex`` / ``ebnf``, and ``text``: :mod:`.lexer_roles`.
 
 A machine state is a small hashable tuple, interned to an int. The result of (state, token) is
-memoised in the grammar, so after warm-up ``accept`` is one dict lookup and two list appends; a miss
-walks the token's bytes (O(token length)). Memoising is exact: the machines are deterministic
+memoised in the grammar under ``state id << 24 | token id``, and the result names the next state by
+that key's prefix (``state id << 24``), so after warm-up ``accept`` is one dict lookup, one ``|`` and
+two list appends; a miss walks the token's bytes (O(token length)). Memoising is exact: the machines are deterministic
 functions of (state, bytes).
 
 What does not depend on the generated text is built before the first token, as xgrammar builds its
@@ -66,7 +67,7 @@ _SHIFT = 24  # memo key: state << 24 | token id (vocabularies are far below 2**2
 _MEMO_LIMIT = 1 << 19  # entries per grammar before the memo is cleared
 _TEMPLATE = int(Role.TEMPLATE)
 
-#: (state id, role, revision) for one (state, token) pair
+#: (next state's key prefix ``state id << _SHIFT``, role, revision) for one (state, token) pair
 Transition = tuple[int, int, Revision | None]
 
 
@@ -185,8 +186,9 @@ class RoleGrammar:
             states.append(state)
         return sid
 
-    def transition(self, state_id: int, token_id: int) -> Transition:
-        """Walk ``token_id`` from ``state_id`` (a memo miss) and remember the result.
+    def transition(self, state_key: int, token_id: int) -> Transition:
+        """Walk ``token_id`` from the state whose key prefix is ``state_key`` (a memo miss) and
+        remember the result.
 
         Raises
         ------
@@ -198,13 +200,13 @@ class RoleGrammar:
             raise ValueError(f"token id {token_id} outside the vocabulary (size {len(walk)})")
         data = walk[token_id]
         if not data:  # a special or empty token
-            result: Transition = (state_id, _TEMPLATE, None)
+            result: Transition = (state_key, _TEMPLATE, None)
         else:
-            state, role, revision = self.machine.step(self._states[state_id], data)
-            result = (self._intern(state), role, revision)
+            state, role, revision = self.machine.step(self._states[state_key >> _SHIFT], data)
+            result = (self._intern(state) << _SHIFT, role, revision)
         if len(self.memo) >= _MEMO_LIMIT:
             self.memo.clear()
-        self.memo[(state_id << _SHIFT) | token_id] = result
+        self.memo[state_key | token_id] = result
         return result
 
 
@@ -220,7 +222,8 @@ class RoleTracker:
     def __init__(self, grammar: RoleGrammar) -> None:
         self._grammar = grammar
         self._memo = grammar.memo
-        self._states: list[int] = [grammar.initial_state]  # state after each token; [0] is the start
+        # key prefix (state id << _SHIFT) of the state after each token; [0] is the start
+        self._states: list[int] = [grammar.initial_state << _SHIFT]
         self._roles: list[int] = []
         self._undo: list[tuple[int, int, int]] = []  # (token that revised, index, old role)
         #: Smallest index whose role changed after it was appended (by a revision or a rollback that
@@ -259,7 +262,7 @@ class RoleTracker:
     def accept(self, token_id: int) -> int:
         """Append the role of a newly accepted token and return it."""
         states = self._states
-        hit = self._memo.get((states[-1] << _SHIFT) | token_id)
+        hit = self._memo.get(states[-1] | token_id)  # .get: raising KeyError would slow every miss
         if hit is None:
             hit = self._grammar.transition(states[-1], token_id)
         state, role, revision = hit
