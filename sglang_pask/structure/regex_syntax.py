@@ -23,8 +23,9 @@ A sequence (``Seq``) is a list of nodes; a node is one of:
 Errors
 ------
 :class:`RegexSyntaxError` (a ``ValueError``) for what neither dialect accepts: an unbalanced
-parenthesis, a quantifier with nothing to repeat, an unterminated class, an unknown escape or group
-kind; and for the verbose flag ``(?x)``, whose whitespace rules this reader does not follow.
+parenthesis, a quantifier with nothing to repeat (an anchor included), an unterminated class, an
+unknown escape or group kind; and for the verbose flag ``(?x)``, whose whitespace rules this reader
+does not follow. A back-reference is not checked against the groups (xgrammar has none anyway).
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ Node = Union[str, tuple, None]
 Seq = list[Node]
 
 _QUANT_RE = re.compile(r"\{(\d*)(,?)(\d*)\}")
-_CLASS_END_RE = re.compile(r"\[\^?\]?(?:[^\]\\]|\\.)*\]", re.S)
+_CLASS_END_RE = re.compile(r"\[\^?(?:[^\\]|\\.)(?:[^\]\\]|\\.)*\]", re.S)  # a first ] is a member
 _FLAGS_RE = re.compile(r"\(\?([aiLmsux-]+)(\)|:)")
 _NAMED_RE = re.compile(r"\(\?P<[A-Za-z_][A-Za-z0-9_]*>")
 _OCTAL_RE = re.compile(r"[0-7]{0,2}")
 _HEX = {"x": 2, "u": 4, "U": 8}
 _CONTROL = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a"}
 _NON_LITERAL_ESCAPES = frozenset("dDwWsSbBAZ0123456789")
+_ANCHOR_ESCAPES = frozenset("bBAZ")
 _SPECIAL = frozenset("()|*+?{[\\.^$")
 
 
@@ -61,6 +63,7 @@ class _Reader:
     def __init__(self, regex: str) -> None:
         self.text = regex
         self.pos = 0
+        self.anchor_end = -1  # where the last anchor (^ $ \b \B \A \Z) ends: it cannot be repeated
 
     def alternatives(self, depth: int) -> list[Seq]:
         """Alternatives up to the ``)`` closing this depth (not consumed) or the end."""
@@ -101,8 +104,10 @@ class _Reader:
         else:
             least = 1 if ch == "+" else 0
             self.pos += 1
-        if not seq or (isinstance(seq[-1], tuple) and seq[-1][0] == REPEAT):
-            raise RegexSyntaxError("nothing to repeat" if not seq else "multiple repeat", start)
+        if not seq or self.anchor_end == start:
+            raise RegexSyntaxError("nothing to repeat", start)
+        if isinstance(seq[-1], tuple) and seq[-1][0] == REPEAT:
+            raise RegexSyntaxError("multiple repeat", start)
         if self.pos < len(text) and text[self.pos] in "?+":  # lazy or possessive
             self.pos += 1
         seq[-1] = (REPEAT, least, [seq[-1]])
@@ -125,6 +130,8 @@ class _Reader:
         if ch == "\\":
             return self.escape()
         self.pos += 1
+        if ch != ".":
+            self.anchor_end = self.pos
         return None  # . ^ $
 
     def escape(self) -> Node:
@@ -141,6 +148,8 @@ class _Reader:
             if ch.isdigit():  # back-reference
                 while self.pos < len(text) and text[self.pos].isdigit():
                     self.pos += 1
+            elif ch in _ANCHOR_ESCAPES:
+                self.anchor_end = self.pos
             return None
         if ch in _CONTROL:
             return _CONTROL[ch]
