@@ -11,8 +11,8 @@ The tree
 --------
 A sequence (``Seq``) is a list of nodes; a node is one of:
 
-- a ``str`` of one character: a literal (an escaped character, or a class of one character such
-  as ``[(]``, counts as one);
+- a ``str``: a run of literal characters, as long as it goes (two are never adjacent; an escaped
+  character, or a class of one character such as ``[(]``, is a literal character);
 - ``(GROUP, alternatives)``: a group, or the whole regex, with its alternatives (``list[Seq]``,
   one for a group without ``|``; an empty alternative is an empty list);
 - ``(REPEAT, min, Seq)``: a quantified node (``?``, ``*``, ``+``, ``{m,n}``, lazy or possessive),
@@ -49,6 +49,7 @@ _CONTROL = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v", "a": "\a"}
 _NON_LITERAL_ESCAPES = frozenset("dDwWsSbBAZ0123456789")
 _ANCHOR_ESCAPES = frozenset("bBAZ")
 _SPECIAL = frozenset("()|*+?{[\\.^$")
+_PLAIN_RE = re.compile(r"[^()|*+?{\[\\.^$]+")
 
 
 class RegexSyntaxError(ValueError):
@@ -57,6 +58,13 @@ class RegexSyntaxError(ValueError):
     def __init__(self, msg: str, pos: int) -> None:
         super().__init__(f"regex does not parse at position {pos}: {msg}")
         self.pos = pos
+
+
+def _add_literal(seq: Seq, text: str) -> None:
+    if seq and isinstance(seq[-1], str):
+        seq[-1] += text
+    else:
+        seq.append(text)
 
 
 class _Reader:
@@ -83,10 +91,15 @@ class _Reader:
             elif ch in "*+?{":
                 self.quantifier(seq)
             elif ch not in _SPECIAL:
-                seq.append(ch)
-                self.pos += 1
+                m = _PLAIN_RE.match(text, self.pos)
+                _add_literal(seq, m.group())
+                self.pos = m.end()
             else:
-                seq.append(self.atom(ch, depth))
+                node = self.atom(ch, depth)
+                if isinstance(node, str):
+                    _add_literal(seq, node)
+                else:
+                    seq.append(node)
         alts.append(seq)
         return alts
 
@@ -96,7 +109,7 @@ class _Reader:
         if ch == "{":
             m = _QUANT_RE.match(text, start)
             if m is None or m.group() == "{}":
-                seq.append("{")  # not a quantifier: a literal brace, as in Python
+                _add_literal(seq, "{")  # not a quantifier: a literal brace, as in Python
                 self.pos += 1
                 return
             least = int(m.group(1) or 0)
@@ -110,7 +123,12 @@ class _Reader:
             raise RegexSyntaxError("multiple repeat", start)
         if self.pos < len(text) and text[self.pos] in "?+":  # lazy or possessive
             self.pos += 1
-        seq[-1] = (REPEAT, least, [seq[-1]])
+        last = seq[-1]
+        if isinstance(last, str) and len(last) > 1:  # the quantifier takes the run's last character
+            seq[-1] = last[:-1]
+            seq.append((REPEAT, least, [last[-1]]))
+        else:
+            seq[-1] = (REPEAT, least, [last])
 
     def atom(self, ch: str, depth: int) -> Node:
         text, start = self.text, self.pos
