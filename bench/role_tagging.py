@@ -227,7 +227,7 @@ class _Case:
         start = time.perf_counter_ns()
         for t in self.ids:
             tracker.accept(t)
-        _ = tracker.roles  # the role list is filled from the track when read: once per request
+        _ = tracker.roles  # a request's roles are read once, as in run_both
         return time.perf_counter_ns() - start
 
 

@@ -225,7 +225,7 @@ class _Reader:
 
 
 def parse(regex: str) -> Seq:
-    """The syntax tree of ``regex`` (see the module docstring); one ``GROUP`` node if it has a top-level ``|``.
+    """The syntax tree of ``regex`` (module docstring); one ``GROUP`` node if it has a top-level ``|``.
 
     Raises
     ------
