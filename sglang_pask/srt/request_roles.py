@@ -97,7 +97,7 @@ class RequestRoles:
             prompt = torch.tensor(tag_prompt_ids(list(req.origin_input_ids), vocab), dtype=torch.int64)
             setattr(req, _PROMPT_ROLES, prompt)
         grammar = getattr(req, "grammar", None)
-        generated = list(grammar.role_tracker.roles) if isinstance(grammar, RoleTrackedGrammar) else []
+        generated = list(grammar.roles()) if isinstance(grammar, RoleTrackedGrammar) else []
         length = max(int(positions.max()) + 1, prompt.numel() + len(generated))
         table = torch.full((length,), int(Role.FREE_TEXT), dtype=torch.int64)
         table[: prompt.numel()] = prompt

@@ -8,13 +8,14 @@ new name with ``register_grammar_backend`` would skip both, which is why the cla
 instead.
 
 Masks, acceptance, termination and rollback are exactly xgrammar's: :class:`RoleTrackedGrammar`
-only mirrors every token the matcher accepts (and every rollback) into a
-:class:`~sglang_pask.structure.RoleTracker`, so decoding is unchanged.
+tags the tokens the matcher accepted into a :class:`~sglang_pask.structure.RoleTracker` when their
+roles are read, so decoding is unchanged and its per-token path gains no work.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any, List, Optional
 
 from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar, XGrammarGrammarBackend
@@ -52,34 +53,56 @@ def role_grammar_for(kind: str, key_string: str, vocab: TokenVocab) -> RoleGramm
 
 
 class RoleTrackedGrammar(XGrammarGrammar):
-    """SGLang's ``XGrammarGrammar`` plus the request's role track (``self.role_tracker``)."""
+    """SGLang's ``XGrammarGrammar`` plus the request's role track, tagged when it is read.
+
+    Decoding never waits for tagging: ``accept_token`` is SGLang's own, which records every token the
+    matcher accepted in ``accepted_tokens``. :meth:`roles` first tags the tokens accepted since the
+    last read, in one loop (:meth:`~sglang_pask.structure.RoleTracker.extend`), so a request whose
+    roles nobody reads costs no tagging at all. Invariant: the track has tagged a prefix of
+    ``accepted_tokens``; :meth:`rollback` and :meth:`jump_and_retokenize` keep it one.
+    """
 
     def __init__(self, *args: Any, role_grammar: RoleGrammar, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.role_grammar = role_grammar
-        self.role_tracker: RoleTracker = role_grammar.tracker(matcher=self.matcher)
+        self._role_track: RoleTracker = role_grammar.tracker(matcher=self.matcher)
 
-    def accept_token(self, token: int) -> None:
-        accepted_before = len(self.accepted_tokens)
-        super().accept_token(token)
-        if len(self.accepted_tokens) > accepted_before:  # xgrammar ignores tokens after termination
-            self.role_tracker.accept(token)
+    def roles(self) -> Sequence[int]:
+        """Role of every token the matcher accepted, in order (a live view: do not modify)."""
+        track, tokens = self._role_track, self.accepted_tokens
+        if len(track) < len(tokens):
+            track.extend(tokens[len(track):])
+        return track.roles
 
     def rollback(self, k: int) -> None:
+        """SGLang's rollback, and the track's; ``k == 0`` is a no-op (SGLang's own would empty
+        ``accepted_tokens``, ``[:-0]``, while the matcher keeps its state)."""
+        if k == 0:
+            return
         super().rollback(k)
-        self.role_tracker.rollback(k)
+        self._forget_after(len(self.accepted_tokens))
 
     def jump_and_retokenize(self, old_output_ids: List[int], new_output_ids: List[int], next_state: int) -> None:
+        """SGLang's re-tokenization, with ``accepted_tokens`` brought in line with the matcher (SGLang's
+        own leaves it unchanged): ``old_output_ids`` are its last tokens, replaced by ``new_output_ids``
+        from their first difference on."""
         super().jump_and_retokenize(old_output_ids, new_output_ids, next_state)
         common = 0
         for old_id, new_id in zip(old_output_ids, new_output_ids):
             if old_id != new_id:
                 break
             common += 1
-        if common < len(old_output_ids):
-            self.role_tracker.rollback(len(old_output_ids) - common)
-        for token in new_output_ids[common:]:
-            self.role_tracker.accept(token)
+        tokens = self.accepted_tokens
+        changed_from = len(tokens) - (len(old_output_ids) - common)
+        del tokens[changed_from:]
+        tokens.extend(new_output_ids[common:])
+        self._forget_after(changed_from)
+
+    def _forget_after(self, n: int) -> None:
+        """Roll the track back to its first ``n`` tokens if it has tagged more."""
+        excess = len(self._role_track) - n
+        if excess > 0:
+            self._role_track.rollback(excess)
 
     def copy(self) -> "RoleTrackedGrammar":
         fresh = super().copy()

@@ -71,7 +71,7 @@ def output_role_labels(req: Any, vocab: TokenVocab) -> list[str]:
     """
     output_ids = list(req.output_ids)
     grammar = getattr(req, "grammar", None)
-    roles = list(grammar.role_tracker.roles) if isinstance(grammar, RoleTrackedGrammar) else []
+    roles = list(grammar.roles()) if isinstance(grammar, RoleTrackedGrammar) else []
     roles = roles[: len(output_ids)]
     if len(roles) < len(output_ids):
         rest = role_grammar_for("text", "", vocab).tracker()

@@ -20,6 +20,7 @@ ends at or after the previous capture's end.
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable
 from typing import Any
 
 from .roles import Role, combine
@@ -74,6 +75,11 @@ class CaptureRoleTracker(RoleTracker):
         cap.append(_NEUTRAL)
         out.append(role)
         return role
+
+    def extend(self, token_ids: Iterable[int]) -> None:
+        """:meth:`accept` each token in order."""
+        for token_id in token_ids:
+            self.accept(token_id)
 
     def _sync(self) -> None:
         captures = self._matcher.get_captures()

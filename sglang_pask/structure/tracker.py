@@ -2,7 +2,7 @@
 
 :class:`RoleGrammar` is compiled once per (grammar kind, key string, vocabulary), like xgrammar's
 compiled grammar, and shared by every request with that grammar. :class:`RoleTracker` is one
-request's track: ``accept`` per generated token, ``rollback``, ``copy``.
+request's track: ``accept`` per generated token (or ``extend`` with several), ``rollback``, ``copy``.
 
 How a role is found
 -------------------
@@ -261,16 +261,29 @@ class RoleTracker:
 
     def accept(self, token_id: int) -> int:
         """Append the role of a newly accepted token and return it."""
+        RoleTracker.extend(self, (token_id,))
+        return self._roles[-1]
+
+    def extend(self, token_ids: Iterable[int]) -> None:
+        """Append the roles of newly accepted tokens, in order (``accept`` for each, in one loop).
+
+        A server that tags at read time (:mod:`sglang_pask.srt.role_grammar`) catches up here on the
+        tokens accepted since the last read.
+        """
         states = self._states
-        hit = self._memo.get(states[-1] | token_id)  # .get: raising KeyError would slow every miss
-        if hit is None:
-            hit = self._grammar.transition(states[-1], token_id)
-        state, role, revision = hit
-        states.append(state)
-        if revision is not None:
-            self._revise(revision)
-        self._roles.append(role)
-        return role
+        memo_get = self._memo.get  # .get: raising KeyError would slow every miss
+        push_state = states.append
+        push_role = self._roles.append
+        state = states[-1]
+        for token_id in token_ids:
+            hit = memo_get(state | token_id)
+            if hit is None:
+                hit = self._grammar.transition(state, token_id)
+            state, role, revision = hit
+            push_state(state)
+            if revision is not None:
+                self._revise(revision)
+            push_role(role)
 
     def _revise(self, revision: Revision) -> None:
         final, bases = revision

@@ -269,6 +269,19 @@ def test_rollback_step_by_step_and_partial_replay(tok, vocab, compiler, encode, 
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
+def test_extend_in_chunks_equals_accept_per_token(tok, vocab, compiler, encode, case):
+    ids, _, _, snapshots = _run(tok, vocab, compiler, encode, case)
+    kind, key, _, functions = CASES[case]
+    for chunk in (1, 4, len(ids)):
+        matcher = xgrammar.GrammarMatcher(_compile(compiler, kind, key))  # captures are read from it
+        tracker = RoleGrammar.compile(kind, key, vocab, functions=functions).tracker(matcher)
+        for start in range(0, len(ids), chunk):
+            assert all(matcher.accept_token(t) for t in ids[start : start + chunk])
+            tracker.extend(ids[start : start + chunk])
+            assert list(tracker.roles) == snapshots[min(start + chunk, len(ids))], f"chunks of {chunk}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
 def test_copy_forks_with_the_matcher(tok, vocab, compiler, encode, case):
     ids, matcher, tracker, snapshots = _run(tok, vocab, compiler, encode, case)
     half = len(ids) // 2
