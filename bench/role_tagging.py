@@ -9,18 +9,17 @@ and without role captures) one token sequence runs through these loops, alternat
 - ``both``: the same, then ``RoleTracker.extend`` over the accepted tokens and one read of the roles
   (the server tags when roles are read, :mod:`sglang_pask.srt.role_grammar`);
 - ``tag``: ``RoleTracker.extend`` and the read alone (capture-based EBNF tracks need the matcher:
-  not run alone);
-- ``sglang`` and ``sglang+roles``: the same steps through SGLang's own grammar objects, stock
-  ``XGrammarGrammar`` (``fill_vocab_mask`` + ``accept_token``) and this project's
-  ``RoleTrackedGrammar`` (the same, then ``roles()`` once), so the wrapper's own overhead is counted.
+  not run alone).
+
+In the server this is the whole per-token cost of the role track: ``RoleTrackedGrammar`` leaves
+SGLang's ``accept_token`` as it is (SGLang already records the accepted tokens) and tags them when
+its roles are read.
 
 ``added`` is the tagging cost over xgrammar's: ``tag / xgr`` (for capture tracks ``(both - xgr) /
-xgr``); ``srv added`` is ``(sglang+roles - sglang) / xgr``, the whole cost the role track adds to
-SGLang's per-token grammar work, measured on SGLang's path. ``warm`` is the steady state (the
-grammar's memo already holds the sequence's transitions, as for every request after the first with
-that grammar); ``cold`` uses a fresh role grammar per round (the first request of a grammar; in BFCL
-every item has its own regex). Process-wide state is warm in ``cold`` rounds: the interpreter, and
-the call-syntax memo that all call grammars share.
+xgr``). ``warm`` is the steady state (the grammar's memo already holds the sequence's transitions,
+as for every request after the first with that grammar); ``cold`` uses a fresh role grammar per
+round (the first request of a grammar; in BFCL every item has its own regex). Process-wide state is
+warm in ``cold`` rounds: the interpreter, and the call-syntax memo that all call grammars share.
 
 Compile time is not in the per-token figures of either side, so it is reported next to them, per
 grammar as a new grammar costs in a running server. ``xgr compile``: the grammar's first compile;
@@ -49,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import functools
 import gc
 import json
 import os
@@ -186,23 +184,6 @@ def _compile_xgr(compiler: Any, kind: str, key: str) -> Any:
     return compiler.compile_grammar(key)
 
 
-@functools.cache
-def _sglang_grammar_classes() -> tuple[type, type]:
-    """SGLang's stock grammar class and the role-tracked one, for the ``sglang`` loops.
-
-    The stock one is an empty subclass of SGLang's ``XGrammarGrammar``: measured on CPython 3.11, an
-    empty subclass runs the same per-token steps about 0.1 us faster than ``XGrammarGrammar`` itself
-    (2.02 against 2.14 us per token on the BFCL regex call), an effect of the class, not of its code;
-    comparing like with like leaves only what the role track adds.
-    """
-    from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar
-
-    from sglang_pask.srt.role_grammar import RoleTrackedGrammar
-
-    stock = type("StockXGrammarGrammar", (XGrammarGrammar,), {"__doc__": "SGLang's class, unchanged."})
-    return stock, RoleTrackedGrammar
-
-
 class _Case:
     """One grammar and one accepted token sequence, with the three timed loops."""
 
@@ -255,36 +236,6 @@ class _Case:
         _ = tracker.roles  # a request's roles are read once, as in run_both
         return time.perf_counter_ns() - start
 
-    def run_sglang(self, grammar: RoleGrammar | None) -> int:
-        """SGLang's stock grammar object (``grammar`` None) or the role-tracked one, roles read once."""
-        stock_grammar, tracked_grammar = _sglang_grammar_classes()
-        matcher = self.xgrammar.GrammarMatcher(self.compiled)
-        size = len(self.vocab)
-        if grammar is None:
-            return _sglang_steps(stock_grammar(matcher, size, self.compiled, None, self.key), self.ids, self.bitmask)
-        tracked = tracked_grammar(matcher, size, self.compiled, None, self.key, role_grammar=grammar)
-        return _sglang_steps_and_roles(tracked, self.ids, self.bitmask)
-
-
-# Two loops, not one with a branch: each has its own code object, so CPython's per-call-site caches
-# see a single grammar class each (one loop shared by both classes measured the tracked one ~0.1 us
-# per token faster than it is).
-def _sglang_steps(grammar: Any, ids: list[int], bitmask: Any) -> int:
-    start = time.perf_counter_ns()
-    for t in ids:
-        grammar.fill_vocab_mask(bitmask, 0)
-        grammar.accept_token(t)
-    return time.perf_counter_ns() - start
-
-
-def _sglang_steps_and_roles(grammar: Any, ids: list[int], bitmask: Any) -> int:
-    start = time.perf_counter_ns()
-    for t in ids:
-        grammar.fill_vocab_mask(bitmask, 0)
-        grammar.accept_token(t)
-    _ = grammar.roles()
-    return time.perf_counter_ns() - start
-
 
 def bench_case(name: str, tok: Any, vocab: TokenVocab, compiler: Any, repeats: int) -> dict[str, Any]:
     """Time one case; per-token times in microseconds, compile times in milliseconds."""
@@ -298,23 +249,15 @@ def bench_case(name: str, tok: Any, vocab: TokenVocab, compiler: Any, repeats: i
     both_cold: list[int] = []
     tag: list[int] = []
     tag_cold: list[int] = []
-    sglang: list[int] = []
-    sglang_roles: list[int] = []
-    sglang_roles_cold: list[int] = []
     for _ in range(repeats):
         _timed(case.run_xgr, xgr)
-        _timed(lambda: case.run_sglang(None), sglang)
-        _timed(lambda: case.run_sglang(grammar), sglang_roles)
-        _timed(lambda: case.run_sglang(case.fresh()), sglang_roles_cold)
         _timed(lambda: case.run_both(grammar), both)
         _timed(lambda: case.run_both(case.fresh()), both_cold)
         if not captures:
             _timed(lambda: case.run_tag(grammar), tag)
             _timed(lambda: case.run_tag(case.fresh()), tag_cold)
     n = len(case.ids)
-    timed = [("xgr", xgr), ("both", both), ("both_cold", both_cold), ("sglang", sglang), ("sglang_roles", sglang_roles),
-             ("sglang_roles_cold", sglang_roles_cold)]  # fmt: skip
-    us = {k: min(v) / n / 1e3 for k, v in timed}
+    us = {k: min(v) / n / 1e3 for k, v in [("xgr", xgr), ("both", both), ("both_cold", both_cold)]}
     if captures:
         us["tag"] = max(us["both"] - us["xgr"], 0.0)
         us["tag_cold"] = max(us["both_cold"] - us["xgr"], 0.0)
@@ -333,11 +276,6 @@ def bench_case(name: str, tok: Any, vocab: TokenVocab, compiler: Any, repeats: i
         "tag_cold_us_per_token": us["tag_cold"],
         "added_warm": us["tag"] / us["xgr"],
         "added_cold": us["tag_cold"] / us["xgr"],
-        "sglang_us_per_token": us["sglang"],
-        "sglang_roles_warm_us_per_token": us["sglang_roles"],
-        "sglang_roles_cold_us_per_token": us["sglang_roles_cold"],
-        "srv_added_warm": (us["sglang_roles"] - us["sglang"]) / us["xgr"],
-        "srv_added_cold": (us["sglang_roles_cold"] - us["sglang"]) / us["xgr"],
         "role_compile_ms": role_compile_us / 1e3,
         "xgr_compile_ms": xgr_compile_us / 1e3,
         "added_first_request": (role_compile_us + n * us["tag_cold"]) / (xgr_compile_us + n * us["xgr"]),
@@ -450,7 +388,6 @@ def main(argv: list[str] | None = None) -> None:
     print("compile per grammar: xgrammar its first compile (cache kept from earlier grammars), role the fastest")
     head = f"{'case':<20} {'tok':>4} {'xgr us/tok':>11} {'tag warm':>9} {'added':>7} {'tag cold':>9} {'added':>7}"
     head += f" {'role compile ms':>16} {'xgr compile ms':>15} {'1st req':>8}"
-    head += f" {'sglang us/tok':>14} {'srv added warm':>15} {'srv added cold':>15}"
     print(head)
     print("-" * len(head))
     for r in rows:
@@ -458,11 +395,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{r['case']:<20} {r['tokens']:>4} {r['xgr_us_per_token']:>11.2f} {r['tag_warm_us_per_token']:>9.2f}"
             f" {r['added_warm']:>7.1%} {r['tag_cold_us_per_token']:>9.2f} {r['added_cold']:>7.1%}"
             f" {r['role_compile_ms']:>16.3f} {r['xgr_compile_ms']:>15.3f} {r['added_first_request']:>8.1%}"
-            f" {r['sglang_us_per_token']:>14.2f} {r['srv_added_warm']:>15.1%} {r['srv_added_cold']:>15.1%}"
         )
     print("added = tagging / xgrammar (fill_next_token_bitmask + accept_token); capture rows: (both - xgr) / xgr")
     print("1st req = (role compile + tokens * tag cold) / (xgr compile + tokens * xgr)")
-    print("srv added = (RoleTrackedGrammar - SGLang's XGrammarGrammar) / xgr, per token through SGLang's objects")
     sweep = None
     if args.bfcl:
         sweep = bench_bfcl(tok, vocab, compiler, args.bfcl, args.bfcl_category, args.repeats)
