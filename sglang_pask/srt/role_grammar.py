@@ -93,7 +93,7 @@ class RoleTrackedGrammar(XGrammarGrammar):
                 break
             common += 1
         tokens = self.accepted_tokens
-        changed_from = len(tokens) - (len(old_output_ids) - common)
+        changed_from = max(0, len(tokens) - (len(old_output_ids) - common))
         del tokens[changed_from:]
         tokens.extend(new_output_ids[common:])
         self._forget_after(changed_from)
