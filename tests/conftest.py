@@ -1,10 +1,11 @@
-"""Shared fixtures: the tiny random-weight model, and real servers started once per test session."""
+"""Shared fixtures: the toy tokenizer with its vocabulary and xgrammar compiler, the tiny random-weight
+model, and real servers started once per test session."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import pytest
 
@@ -13,12 +14,33 @@ sys.path.insert(0, str(Path(__file__).parent))
 from tiny_model import build_tiny_model  # noqa: E402
 
 from sglang_pask.server_process import ServerProcess  # noqa: E402
+from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer  # noqa: E402
+from sglang_pask.structure.vocab import TokenVocab  # noqa: E402
 
 # Flags of the shared tiny-model server; tests read them back through /server_info.
 TINY_SERVER_FLAGS = ["--kv-policy", "full", "--kv-budget", "1.0", "--kv-layer-groups", "0-0,1-1"]
 # SGLang flags both tiny servers share (a random model favours whitespace, which JSON grammars
 # allow without limit).
 TINY_SGLANG_FLAGS = ["--constrained-json-disable-any-whitespace"]
+
+
+@pytest.fixture(scope="session")
+def tok() -> Any:
+    """The toy byte-level BPE tokenizer (4096 tokens, trained on the Python standard library)."""
+    return build_toy_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def vocab(tok: Any) -> TokenVocab:
+    return TokenVocab.from_huggingface(tok)
+
+
+@pytest.fixture(scope="session")
+def compiler(tok: Any) -> Any:
+    import xgrammar
+
+    info = xgrammar.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
+    return xgrammar.GrammarCompiler(info, max_threads=1)
 
 
 @pytest.fixture(scope="session")

@@ -1,15 +1,7 @@
 """Role analysis never refuses a grammar that xgrammar accepted: it falls back to the lexer."""
 
-import pytest
-
 from sglang_pask.srt import role_grammar
-from sglang_pask.structure import RoleGrammar, TokenVocab
-from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer
-
-
-@pytest.fixture(scope="module")
-def vocab() -> TokenVocab:
-    return TokenVocab.from_huggingface(build_toy_tokenizer())
+from sglang_pask.structure import RoleGrammar
 
 
 def _is_lexer(grammar: RoleGrammar) -> bool:

@@ -16,7 +16,6 @@ import xgrammar
 from sglang_pask.srt.role_grammar import RoleTrackedGrammar
 from sglang_pask.structure import RoleGrammar, TokenVocab
 from sglang_pask.structure.roles import Role
-from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer
 
 REGEX = r'\[get_weather\(city="[A-Za-z ]+", days=[0-9]+\)(, get_time\(zone="[A-Za-z/]+"\))?\]'
 REGEX_TEXT = '[get_weather(city="New York", days=3), get_time(zone="Europe/Paris")]'
@@ -26,27 +25,11 @@ column[capture="arg_key"] ::= [a-z_]+
 table[capture="func_name"] ::= [a-z_]+
 """
 SQL_TEXT = "SELECT city_name FROM weather_stations"
-
-
-@pytest.fixture(scope="module")
-def tok() -> Any:
-    return build_toy_tokenizer()
-
-
-@pytest.fixture(scope="module")
-def vocab(tok: Any) -> TokenVocab:
-    return TokenVocab.from_huggingface(tok)
-
-
-@pytest.fixture(scope="module")
-def compiler(tok: Any) -> Any:
-    return xgrammar.GrammarCompiler(xgrammar.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok)), max_threads=1)
-
-
 CASES = {"regex": (REGEX, REGEX_TEXT), "ebnf": (SQL, SQL_TEXT)}
 
 
-def _grammar(tok: Any, vocab: TokenVocab, compiler: Any, kind: str) -> tuple[RoleTrackedGrammar, RoleGrammar, list[int]]:
+def _grammar(tok: Any, vocab: TokenVocab, compiler: Any, kind: str) -> tuple[RoleTrackedGrammar, RoleGrammar, list]:
+    """A role-tracked SGLang grammar object of case ``kind``, its role grammar and the case's token ids."""
     key, text = CASES[kind]
     compiled = compiler.compile_regex(key) if kind == "regex" else compiler.compile_grammar(key)
     role_grammar = RoleGrammar.compile(kind, key, vocab)

@@ -1,4 +1,4 @@
-"""Fixtures for the structure tests: a real (small) tokenizer and its xgrammar compiler."""
+"""Fixtures for the structure tests (the toy tokenizer, its vocabulary and compiler: ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -6,27 +6,6 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-
-from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer
-from sglang_pask.structure.vocab import TokenVocab
-
-import xgrammar  # noqa: E402
-
-
-@pytest.fixture(scope="session")
-def tok() -> Any:
-    return build_toy_tokenizer()
-
-
-@pytest.fixture(scope="session")
-def vocab(tok: Any) -> TokenVocab:
-    return TokenVocab.from_huggingface(tok)
-
-
-@pytest.fixture(scope="session")
-def compiler(tok: Any) -> Any:
-    info = xgrammar.TokenizerInfo.from_huggingface(tok, vocab_size=len(tok))
-    return xgrammar.GrammarCompiler(info, max_threads=1)
 
 
 @pytest.fixture(scope="session")
