@@ -3,19 +3,25 @@
 :class:`RoleTrackedGrammar` leaves ``accept_token`` to SGLang and tags the accepted tokens when its
 roles are read. After any sequence of accepts, reads, rollbacks, re-tokenizations and termination,
 its roles must equal a fresh track of the tokens the matcher holds, and SGLang's ``accepted_tokens``
-must be those tokens.
+must be those tokens. Wrapped by SGLang's reasoning parser, the grammar's roles stand after the
+thinking, in the response and in the roles PASK reads.
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import torch
 import xgrammar
+from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarObject
 
-from sglang_pask.srt.role_grammar import RoleTrackedGrammar
+from sglang_pask.srt import request_roles
+from sglang_pask.srt.role_grammar import RoleTrackedGrammar, request_grammar_roles
+from sglang_pask.srt.role_output import output_role_labels
 from sglang_pask.structure import RoleGrammar, TokenVocab
-from sglang_pask.structure.roles import Role
+from sglang_pask.structure.roles import LABELS, Role
 
 REGEX = r'\[get_weather\(city="[A-Za-z ]+", days=[0-9]+\)(, get_time\(zone="[A-Za-z/]+"\))?\]'
 REGEX_TEXT = '[get_weather(city="New York", days=3), get_time(zone="Europe/Paris")]'
@@ -116,3 +122,54 @@ def test_jump_and_retokenize_replaces_the_changed_tail(tok, vocab, compiler):
     assert new != old and tok.decode(new) == chars and chars == text[-len(chars):]
     grammar.jump_and_retokenize(old, new, next_state=0)
     _check(grammar, role_grammar, ids[:-tail] + new)
+
+
+def _reasoning_request(tok: Any, vocab: TokenVocab, compiler: Any) -> tuple[Any, RoleTrackedGrammar, int]:
+    """A request whose regex grammar SGLang's reasoning parser wrapped, after its thinking and its answer."""
+    grammar, _, ids = _grammar(tok, vocab, compiler, "regex")
+    thinking = tok.encode("<think>Which city, and how many days?", add_special_tokens=False)
+    think_end = tok.encode("</think>", add_special_tokens=False)
+    wrapper = ReasonerGrammarObject(grammar, think_end_ids=think_end)
+    wrapper.maybe_init_reasoning(True)
+    output = thinking + think_end + ids
+    for token in output:
+        wrapper.accept_token(token)
+    assert grammar.accepted_tokens == ids  # the grammar saw the answer only
+    return SimpleNamespace(output_ids=output, grammar=wrapper, origin_input_ids=thinking[:5]), grammar, len(output) - len(ids)
+
+
+def test_a_reasoning_models_grammar_roles_stand_after_its_thinking(tok, vocab, compiler):
+    req, grammar, answer_start = _reasoning_request(tok, vocab, compiler)
+    offset, roles = request_grammar_roles(req)
+    assert offset == answer_start and list(roles) == list(grammar.roles()) and len(roles) == len(req.output_ids) - offset
+    req.output_ids = req.output_ids + [req.output_ids[-1]]  # sampled, not yet accepted
+    assert request_grammar_roles(req) == (answer_start, roles)
+    req.output_ids = req.output_ids[:-1]
+    labels = output_role_labels(req, vocab)
+    assert len(labels) == len(req.output_ids)
+    assert labels[offset:] == [LABELS[r] for r in roles]
+    assert not set(labels[:offset]) & {"func_name", "arg_key", "required_key"}  # the thinking is lexed as text
+
+
+def test_request_roles_put_a_reasoning_answer_after_the_thinking(tok, vocab, compiler, monkeypatch):
+    req, grammar, answer_start = _reasoning_request(tok, vocab, compiler)
+    monkeypatch.setattr(request_roles, "process_vocab", lambda: vocab)
+    table = request_roles.RequestRoles()
+    table.requests[0] = req
+    prompt = len(req.origin_input_ids)
+    positions = torch.arange(prompt + len(req.output_ids))
+    roles = table.roles_of(0, positions).tolist()
+    assert roles[prompt + answer_start:] == list(grammar.roles())
+    assert set(roles[prompt:prompt + answer_start]) == {int(Role.FREE_TEXT)}
+
+
+def test_grammar_roles_that_do_not_match_the_output_are_not_placed(tok, vocab, compiler):
+    req, _, _ = _reasoning_request(tok, vocab, compiler)
+    req.output_ids = req.output_ids[:-4] + [req.output_ids[0]] * 4
+    assert request_grammar_roles(req) == (0, [])
+    grammar, _, ids = _grammar(tok, vocab, compiler, "regex")
+    for token in ids:
+        grammar.accept_token(token)
+    plain = SimpleNamespace(output_ids=ids, grammar=grammar)
+    assert request_grammar_roles(plain) == (0, list(grammar.roles()))
+    assert request_grammar_roles(SimpleNamespace(output_ids=ids, grammar=None)) == (0, [])

@@ -3,7 +3,7 @@
 The request-pool row of every admitted request is remembered (``ReqToTokenPool.alloc``, AFTER hook);
 a position's role is its prompt token's role (:func:`~sglang_pask.structure.tag_prompt_ids`, tagged
 once per request) or its generated token's role on the grammar's role track
-(:class:`~sglang_pask.srt.role_grammar.RoleTrackedGrammar`); generated tokens without a grammar are
+(:func:`~sglang_pask.srt.role_grammar.request_grammar_roles`); generated tokens no grammar saw are
 free text.
 """
 
@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from sglang_pask.srt.kv_views import ALL_GROUPS, CalibrationProbe
-from sglang_pask.srt.role_grammar import RoleTrackedGrammar, process_vocab
+from sglang_pask.srt.role_grammar import process_vocab, request_grammar_roles
 from sglang_pask.structure import Role, tag_prompt_ids
 
 _PROMPT_ROLES = "_pask_prompt_roles"
@@ -96,11 +96,11 @@ class RequestRoles:
         if prompt is None:
             prompt = torch.tensor(tag_prompt_ids(list(req.origin_input_ids), vocab), dtype=torch.int64)
             setattr(req, _PROMPT_ROLES, prompt)
-        grammar = getattr(req, "grammar", None)
-        generated = list(grammar.roles()) if isinstance(grammar, RoleTrackedGrammar) else []
-        length = max(int(positions.max()) + 1, prompt.numel() + len(generated))
+        offset, generated = request_grammar_roles(req)
+        start = prompt.numel() + offset
+        length = max(int(positions.max()) + 1, start + len(generated))
         table = torch.full((length,), int(Role.FREE_TEXT), dtype=torch.int64)
         table[: prompt.numel()] = prompt
         if generated:
-            table[prompt.numel(): prompt.numel() + len(generated)] = torch.tensor(generated, dtype=torch.int64)
+            table[start : start + len(generated)] = torch.tensor(list(generated), dtype=torch.int64)
         return table[positions.cpu()].to(positions.device)

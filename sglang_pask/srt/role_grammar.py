@@ -18,6 +18,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any, List, Optional
 
+from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarObject
 from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar, XGrammarGrammarBackend
 
 from sglang_pask.structure import RoleGrammar, RoleTracker, TokenVocab, hf_special_ids
@@ -28,6 +29,8 @@ logger = logging.getLogger(__name__)
 _ROLE_KIND = {"json": "json", "regex": "regex", "ebnf": "ebnf", "structural_tag": "structural_tag"}
 
 _process_vocab: Optional[TokenVocab] = None
+# Output tokens that may stand after the last one the grammar accepted (sampled, not yet accepted).
+_TRAILING_TOKENS = 2
 
 
 def process_vocab() -> Optional[TokenVocab]:
@@ -115,6 +118,34 @@ class RoleTrackedGrammar(XGrammarGrammar):
             fresh.grammar_stats,
             role_grammar=self.role_grammar,
         )
+
+
+def request_grammar_roles(req: Any) -> tuple[int, Sequence[int]]:
+    """The roles of the output tokens a request's grammar accepted, and where the first of them stands.
+
+    Returns ``(offset, roles)``: ``roles[i]`` is the role of ``req.output_ids[offset + i]``. A grammar
+    sees the output from its first token, unless SGLang's reasoning parser wrapped it
+    (``ReasonerGrammarObject``, ``--reasoning-parser``): then it sees the tokens after the reasoning
+    ends (or all of them, if its grammar covers the reasoning too), and its tokens are placed at the
+    end of the output, checked token by token. ``(0, [])`` if the request has no role-tracked grammar
+    or its tokens are not found there.
+    """
+    grammar = getattr(req, "grammar", None)
+    from_start = True
+    if isinstance(grammar, ReasonerGrammarObject):
+        from_start = grammar.reasoning_in_grammar
+        grammar = grammar.grammar
+    if not isinstance(grammar, RoleTrackedGrammar):
+        return 0, []
+    roles = grammar.roles()
+    if from_start:
+        return 0, roles
+    accepted, output = grammar.accepted_tokens, req.output_ids
+    last = len(output) - len(accepted)
+    for offset in range(last, max(last - _TRAILING_TOKENS, 0) - 1, -1):
+        if list(output[offset : offset + len(accepted)]) == accepted:
+            return offset, roles
+    return 0, []
 
 
 class RoleTrackingGrammarBackend(XGrammarGrammarBackend):

@@ -3,8 +3,9 @@
 A request asks with the sampling parameter ``"return_kv_roles": true``; its response then carries
 
 * ``meta_info["kv_roles"]``: one role label per output token (same length as the output ids), the
-  scheduler's role track of the request (:class:`~sglang_pask.srt.role_grammar.RoleTrackedGrammar`);
-  an unconstrained request gets the grammar-free lexer's roles;
+  scheduler's role track of the request (:class:`~sglang_pask.srt.role_grammar.RoleTrackedGrammar`,
+  placed by :func:`~sglang_pask.srt.role_grammar.request_grammar_roles`); tokens no grammar saw (an
+  unconstrained request, a reasoning model's thinking) get the grammar-free lexer's roles;
 * ``meta_info["kv_prompt_roles"]``: one role label per prompt token.
 
 Both are sent once, with the request's last output (so a revised tentative role is never reported
@@ -19,7 +20,7 @@ from typing import Any, Optional
 from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
 from sglang.srt.sampling.sampling_params import SamplingParams
 
-from sglang_pask.srt.role_grammar import RoleTrackedGrammar, process_vocab, role_grammar_for
+from sglang_pask.srt.role_grammar import process_vocab, request_grammar_roles, role_grammar_for
 from sglang_pask.structure import LABELS, Role, TokenVocab, tag_prompt_ids
 
 REQUEST_FLAG = "return_kv_roles"
@@ -66,18 +67,22 @@ def wants_roles(req: Any) -> bool:
 def output_role_labels(req: Any, vocab: TokenVocab) -> list[str]:
     """One role label per output token of a finished request.
 
-    Tokens the grammar never saw (the stop token that ends a grammar-free request, or one sampled
-    after the grammar terminated) are tagged by the lexer, like an unconstrained request.
+    Tokens the grammar never saw (a reasoning model's thinking before its grammar starts, the stop
+    token that ends a grammar-free request, or one sampled after the grammar terminated) are tagged
+    by the lexer, like an unconstrained request.
     """
     output_ids = list(req.output_ids)
-    grammar = getattr(req, "grammar", None)
-    roles = list(grammar.roles()) if isinstance(grammar, RoleTrackedGrammar) else []
-    roles = roles[: len(output_ids)]
-    if len(roles) < len(output_ids):
-        rest = role_grammar_for("text", "", vocab).tracker()
-        for token in output_ids[len(roles):]:
-            roles.append(int(rest.accept(token)) if token not in vocab.special_ids else int(Role.TEMPLATE))
+    offset, grammar_roles = request_grammar_roles(req)
+    grammar_roles = list(grammar_roles[: max(len(output_ids) - offset, 0)])
+    end = offset + len(grammar_roles)
+    roles = _lexer_roles(output_ids[:offset], vocab) + grammar_roles + _lexer_roles(output_ids[end:], vocab)
     return [LABELS[r] for r in roles]
+
+
+def _lexer_roles(token_ids: list[int], vocab: TokenVocab) -> list[int]:
+    """The grammar-free lexer's roles of ``token_ids`` (special tokens are chat-template tokens)."""
+    track = role_grammar_for("text", "", vocab).tracker()
+    return [int(Role.TEMPLATE) if token in vocab.special_ids else int(track.accept(token)) for token in token_ids]
 
 
 class RoleReportingOutputStreamer(SchedulerOutputStreamer):
