@@ -19,9 +19,9 @@ A role machine walks a token's bytes; which one depends on the grammar (:meth:`R
 
 A machine state is a small hashable tuple, interned to an int. The result of (state, token) is
 memoised in the grammar under ``state id << 24 | token id``, and the result names the next state by
-that key's prefix (``state id << 24``), so after warm-up ``accept`` is one dict lookup, one ``|`` and
-two list appends; a miss walks the token's bytes (O(token length)). Memoising is exact: the machines
-are deterministic functions of (state, bytes).
+that key's prefix (``state id << 24``), so after warm-up a token costs one dict lookup, one ``|``
+and two list appends in :meth:`RoleTracker.extend`; a miss walks the token's bytes (O(token
+length)). Memoising is exact: the machines are deterministic functions of (state, bytes).
 
 What does not depend on the generated text is built before the first token, as xgrammar builds its
 tables: per tokenizer, :attr:`.vocab.TokenVocab.walk_bytes`; per grammar, in :meth:`RoleGrammar.compile`,
