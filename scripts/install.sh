@@ -31,7 +31,7 @@ fi
 pip=("$venv/bin/python" -m pip install --progress-bar on)
 
 files=(pyproject.toml requirements/cpu.txt requirements/cpu-nodeps.txt)
-[ "$what" = test ] && files+=(requirements/test.txt requirements/bench.txt requirements/bfcl-nodeps.txt)
+[ "$what" = test ] && files+=(requirements/test.txt requirements/bench.txt requirements/bench-nodeps.txt requirements/bfcl-nodeps.txt)
 stamp="$venv/.sglang_pask-$what-$device"
 digest="$(cat "${files[@]}" 2>/dev/null | sha256sum | cut -d' ' -f1)"
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$digest" ]; then
@@ -57,6 +57,7 @@ echo "import sglang_pask.compat.standins as _s; _s.install()" > "$site/sglang_pa
 if [ "$what" = test ]; then
   "${pip[@]}" -r requirements/test.txt
   [ -f requirements/bench.txt ] && "${pip[@]}" -r requirements/bench.txt
+  [ -f requirements/bench-nodeps.txt ] && "${pip[@]}" --no-deps -r requirements/bench-nodeps.txt
   [ -f requirements/bfcl-nodeps.txt ] && "${pip[@]}" --no-deps -r requirements/bfcl-nodeps.txt
 fi
 echo "$digest" > "$stamp"

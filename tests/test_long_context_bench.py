@@ -4,13 +4,15 @@ summary (accuracy, TTFT ratios, median pivot) on outcomes written by hand."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from transformers import AutoTokenizer
 
-from bench.long_context import Item, Outcome, ask, build_items, format_table, is_correct, summarize
+from bench.long_context import (NOISE, Item, Outcome, ask, build_items, essay_sentences, format_table, is_correct,
+                                summarize)
 from sglang_pask.default_model import ensure_default_model
 
 
@@ -25,6 +27,26 @@ def test_items_fit_their_length_and_hold_what_the_answer_must_name():
         assert 0.8 * item.length <= tokens <= item.length
         assert all(part in item.text for part in item.expected)
     assert build_items(tokenizer, ["niah"], [512], 1)[0] == items[0]  # seeded: the same prompt every run
+
+
+def test_essay_tasks_hide_four_needles_in_essay_text():
+    tokenizer = AutoTokenizer.from_pretrained(ensure_default_model())
+    items = build_items(tokenizer, ["niah-mk", "niah-mv"], [1024], 3)
+    assert len(essay_sentences()) > 5000
+    for item in items:
+        tokens = len(tokenizer(item.text)["input_ids"])
+        assert 0.8 * item.length <= tokens <= item.length
+        assert NOISE not in item.text
+        needles = re.findall(r"One of the special magic numbers for ([a-z-]+) is: (\d{7})\.", item.text)
+        assert len(needles) == 4 and len({value for _, value in needles}) == 4
+        keys = {key for key, _ in needles}
+        question = item.text.rsplit("\n\n", 1)[1]
+        if item.task == "niah-mk":  # one asked for, three distractors with other keys
+            assert len(keys) == 4 and len(item.expected) == 1
+            assert dict(needles)[re.search(r"number for ([a-z-]+) ", question).group(1)] == item.expected[0]
+        else:  # one key, every value asked for
+            assert len(keys) == 1 and sorted(item.expected) == sorted(value for _, value in needles)
+    assert len({item.text[:300] for item in items}) == len(items)  # each item starts elsewhere in the essays
 
 
 def test_an_answer_is_correct_only_if_it_names_every_expected_part():
@@ -79,3 +101,4 @@ def test_summary_compares_with_full_and_gives_the_median_pivot():
     assert (structkv["pivot"], structkv["decided_at"]) == (10, 12)
     table = format_table(rows, markdown=True)
     assert "| pivot | pruned after |" in table and "| 10.0 | 12.0 |" in table
+    assert "| acc | acc niah | acc vt | acc/full |" in table  # a column for each task run, only those
