@@ -46,8 +46,11 @@ neighbours, so the skeleton holds whole spans (a sentence's words, a number's di
 scattered tokens. Measured with the default model on 20 variable-tracking prompts of 2K and 4K
 tokens (``bench/results/long_context_pooled_2026-12-01.md``): without pooling StructKV answered 5,
 with it 12, as many as full KV. The KV each layer group keeps for decode is :func:`kv_keep` at ``R_KV``, chosen by the
-group's own scores among the tokens every layer of the group computed: independent of ``R_struct``
-(a group after the pivot can keep at most the skeleton).
+group's own scores among the tokens every layer of the group computed, max-pooled the same way over
+the candidates in position order: independent of ``R_struct`` (a group after the pivot can keep at
+most the skeleton). Without that pooling, a group kept a number's high-scoring digits and dropped
+the rest (on 12 essay-haystack NIAH prompts of 4K, pivot 14: 4 answered, 7 with it;
+``bench/results/long_context_essay_2026-12-02.md``).
 
 Pure torch (no sglang import). Positions here are *local*: ``0 .. n-1`` over the ``n`` tokens the
 extend pass computes (a radix-cached prefix is not among them).
@@ -240,8 +243,10 @@ def settled_auto_pivot(stats: Tensor, num_layers: int, min_pivot: int, patience:
     return pivot if step_dominance(stats, pivot - 1, weights) >= dominance else None
 
 
-def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int) -> Tensor:
-    """The local positions whose KV a layer group keeps for decode: top ``R_KV`` by its own scores.
+def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int,
+            kernel_size: int = DEFAULT_SKELETON_KERNEL) -> Tensor:
+    """The local positions whose KV a layer group keeps for decode: top ``R_KV`` by its own scores,
+    max-pooled over ``kernel_size`` neighbouring candidates first (as the skeleton's, and as SnapKV).
 
     Parameters
     ----------
@@ -255,6 +260,8 @@ def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int)
         ``R_KV`` in (0, 1]: a share of ``n``, not of the candidates.
     window : int
         Positions ``>= n - window`` are always kept.
+    kernel_size : int
+        Odd width of the max-pooling over the candidates in position order; 1 turns it off.
 
     Returns
     -------
@@ -262,5 +269,6 @@ def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int)
         ``(min(c, floor(ratio * n) + min(window, n)),)`` int64 local positions, sorted.
     """
     n = group_scores.numel()
-    chosen = select_kv(group_scores[candidates], ratio, window, positions=candidates, seq_len=n)
+    pooled = max_pool_by_position(candidates, group_scores[candidates], kernel_size)
+    chosen = select_kv(pooled, ratio, window, positions=candidates, seq_len=n)
     return candidates[chosen]

@@ -395,6 +395,25 @@ def test_kv_keep_is_a_share_of_the_part_among_the_candidates(seed):
     assert torch.equal(everything, torch.arange(n))
 
 
+def test_kv_keep_pools_so_a_high_token_brings_its_neighbouring_candidates(seed):
+    """A number's digits: one scores high, its neighbours among the candidates come with it."""
+    from sglang_pask.structkv import kv_keep
+
+    gen = torch.Generator().manual_seed(seed)
+    n = 200
+    scores = torch.rand(n, generator=gen) * 0.01
+    candidates = torch.cat((torch.arange(0, n - 8, 2), torch.arange(n - 8, n)))  # every other token, then the window
+    peak = int(candidates[torch.randint(10, 80, (1,), generator=gen)])
+    scores[peak] = 1.0
+    neighbours = {peak + 2 * d for d in (-3, -2, -1, 1, 2, 3)}
+    pooled = set(kv_keep(scores, candidates, ratio=0.035, window=8).tolist())  # 7 tokens besides the window
+    assert pooled == neighbours | {peak} | set(range(n - 8, n)), f"seed={seed}"
+    alone = set(kv_keep(scores, candidates, ratio=0.035, window=8, kernel_size=1).tolist())
+    outside = candidates[:-8]
+    assert alone == set(outside[scores[outside].topk(7).indices].tolist()) | set(range(n - 8, n)), f"seed={seed}"
+    assert peak in alone and alone != pooled
+
+
 def early_narrowing_layers(gen: torch.Generator, num_layers: int, last_diffuse: int, n: int) -> list[Tensor]:
     """Like :func:`planted_layers`, but attention already narrows mildly from layer 2 on (as it does on
     the default model between its layers 1 and 2) before the planted phase change after
