@@ -14,7 +14,12 @@ give:
 - the offline pivot ``argmax T + 1`` over every layer (what the paper's formula gives with all layers
   seen);
 - the online decision of :class:`sglang_pask.structkv.PromptPruning` with its defaults, fed the layers
-  in order as a prefill would: ``(pivot, decided_at)``.
+  in order as a prefill would: ``(pivot, decided_at)``;
+- where the answer lies in the prompt (the needle's digits, the variables' names): how many of its
+  tokens the skeleton holds at the decision layer by three scores (``skeleton_key_tokens``), and by
+  each layer's own scores alone, pooled as the prefill pools them (``layer_key_tokens``); the first
+  layer that holds every one is where retrieval starts (``retrieval_onset``), a pivot below it
+  prunes the answer away.
 
 Usage::
 
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 from bench.common import run_header
+from bench.long_context import TASKS
 from sglang_pask.cli_paths import output_file
 
 
@@ -113,6 +119,11 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
             online = {"pivot": decision.pivot, "decided_at": decision.decided_at}
             break
     coverage = None
+    per_layer = onset = None
+    if key_positions is not None:
+        keys = set(key_positions)
+        per_layer = [len(keys & set(layer_skeleton(scores, window).tolist())) for scores in scores_per_layer]
+        onset = next((layer for layer, held in enumerate(per_layer) if held == len(keys)), None)
     if key_positions is not None and online is not None:
         keys, decided = set(key_positions), online["decided_at"]
         coverage = {"key_tokens": len(keys)}
@@ -132,7 +143,22 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
         "offline_pivot": detect_pivot(stats, num_layers),
         "online": online,
         "skeleton_key_tokens": coverage,
+        "layer_key_tokens": per_layer,
+        "retrieval_onset": onset,
     }
+
+
+def layer_skeleton(scores: Any, window: int, ratio: float = 0.2) -> Any:
+    """The skeleton one layer's window scores ``(n,)`` would choose on their own: max-pooled as the
+    prefill pools the centrality, top ``ratio`` plus the window; ``(k,)`` int64 positions."""
+    import torch
+
+    from sglang_pask.policy.pooling import max_pool_by_position
+    from sglang_pask.structkv import select_skeleton
+    from sglang_pask.structkv.prefill import DEFAULT_SKELETON_KERNEL
+
+    pooled = max_pool_by_position(torch.arange(scores.numel()), scores, DEFAULT_SKELETON_KERNEL)
+    return select_skeleton(pooled, ratio, window)
 
 
 def key_positions(tokenizer: Any, text: str, expected: Sequence[str]) -> list[int]:
@@ -147,7 +173,8 @@ def key_positions(tokenizer: Any, text: str, expected: Sequence[str]) -> list[in
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.pivot_profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=["niah", "vt"], choices=["niah", "vt"], help="tasks")
+    parser.add_argument("--tasks", nargs="+", default=["niah", "vt"], choices=TASKS,
+                        help="tasks of bench.long_context (default: niah vt)")
     parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048, 4096, 8192],
                         help="prompt lengths in tokens (default: 1024 2048 4096 8192)")
     parser.add_argument("--items", type=int, default=4, help="prompts per task and length (default: 4)")
@@ -192,6 +219,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"online pivot {online.get('pivot')} decided after layer {online.get('decided_at')}")
         print("      T   " + " ".join(f"{x:+.2f}" for x in row["transition"]))
         print("      dom " + " ".join(f"{x:+.1f}" for x in row["dominance"]))
+    onsets = [row["retrieval_onset"] for row in rows]
+    print("first layer whose own scores hold every answer token in their top 20% (retrieval onset): "
+          + " ".join("-" if onset is None else str(onset) for onset in onsets))
     covered = [row["skeleton_key_tokens"] for row in rows if row["skeleton_key_tokens"]]
     if covered:
         totals = {name: sum(c[name] for c in covered) for name in covered[0]}

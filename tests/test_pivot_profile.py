@@ -48,6 +48,17 @@ def test_skeleton_coverage_of_key_tokens():
     assert profile(layers, window=8)["skeleton_key_tokens"] is None
 
 
+def test_retrieval_onset_is_the_first_layer_whose_own_skeleton_holds_every_key_token():
+    """Hubs planted from layer 6 on: each layer's own pooled top 20% holds all ten from there, and
+    (by chance) not all ten before."""
+    layers, hubs = planted_layers(seed=11, hub_range=392, n=400)
+    result = profile(layers, window=8, key_positions=hubs.tolist())
+    assert result["layer_key_tokens"][6:] == [10] * 6
+    assert all(held < 10 for held in result["layer_key_tokens"][:6])
+    assert result["retrieval_onset"] == 6
+    assert profile(layers, window=8)["retrieval_onset"] is None
+
+
 def test_window_score_recorder_equals_eager_attention_maps():
     """The recorder's window scores equal eager attention's maps of the same (random, tiny) Qwen2
     model, summed over heads and the last ``window`` queries; the model's output is unchanged."""
