@@ -1,7 +1,9 @@
 """One-off (session 19): how many of the asked needle's value tokens each skeleton variant holds.
 
-Records every layer's window scores (last 32 queries, summed over heads) of the essay prompts in
-transformers; usage: PYTHONPATH=. python skel_cov.py niah-mk,niah-mv 4096 6 OUT.pt"""
+Records every layer's window scores (last 32 queries, summed over heads) of the prompts in
+transformers; usage: PYTHONPATH=. python skel_cov.py niah-mk,niah-mv 4096 6 OUT.pt
+With a fifth argument ``heads``: per head instead, summed over the last 8 queries
+(PYTHONPATH=. python skel_cov.py niah-mk,niah,vt 4096 3 OUT.pt heads)."""
 import sys, json, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -12,6 +14,7 @@ from sglang_pask.structkv import CentralityAccumulator, select_skeleton
 from sglang_pask.policy.pooling import max_pool_by_position
 
 W = 32
+PER_HEAD = sys.argv[5:6] == ["heads"]
 class Rec:
     def __init__(self, att): self.att, self.scores = att, []
     def __call__(self, module, query, key, value, attention_mask, **kw):
@@ -19,7 +22,8 @@ class Rec:
         n, w = k.shape[1], q.shape[1]
         logits = (q @ k.transpose(-1, -2)) * (kw.get("scaling") or q.shape[-1] ** -0.5)
         future = torch.arange(n)[None, :] > torch.arange(n - w, n)[:, None]
-        self.scores.append(torch.softmax(logits.masked_fill(future, float("-inf")), -1).sum(0))  # (w, n)
+        probs = torch.softmax(logits.masked_fill(future, float("-inf")), -1)  # (heads, w, n)
+        self.scores.append(probs[:, -8:].sum(1) if PER_HEAD else probs.sum(0))  # (heads, n) or (w, n)
         return self.att(module, query, key, value, attention_mask, **kw)
 
 mp = str(ensure_default_model()); tok = AutoTokenizer.from_pretrained(mp)
