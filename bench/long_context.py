@@ -333,6 +333,13 @@ def format_table(rows: list[dict], markdown: bool = False) -> str:
     return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [header, *body])
 
 
+def pivot_arg(text: str) -> str:
+    """``auto`` or a layer index >= 1, checked before any server starts."""
+    if text != "auto" and not (text.isdigit() and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"must be 'auto' or a layer index >= 1, got {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.long_context", description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes to run (default: all)")
@@ -341,8 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lengths", nargs="+", type=int, default=[2048, 4096, 8192],
                         help="prompt lengths in tokens (default: 2048 4096 8192)")
     parser.add_argument("--items", type=int, default=10, help="items per task and length (default: 10)")
-    parser.add_argument("--structkv-pivot", default="auto",
-                        help="--structkv-pivot of structkv mode: auto or a layer (default: auto)")
+    parser.add_argument("--structkv-pivot", type=pivot_arg, default="auto",
+                        help="--structkv-pivot of structkv mode: auto or a layer index >= 1 (default: auto)")
     parser.add_argument("--fixed-pivot", type=int, default=11, help="pivot layer of fixed-pivot mode (default: 11)")
     parser.add_argument("--gemfilter-pivot", type=int, default=9, help="selection layer of gemfilter mode (default: 9)")
     parser.add_argument("--layer-groups", type=int, default=24,

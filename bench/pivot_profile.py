@@ -149,16 +149,11 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
 
 
 def layer_skeleton(scores: Any, window: int, ratio: float = 0.2) -> Any:
-    """The skeleton one layer's window scores ``(n,)`` would choose on their own: max-pooled as the
-    prefill pools the centrality, top ``ratio`` plus the window; ``(k,)`` int64 positions."""
-    import torch
+    """The skeleton one layer's window scores ``(n,)`` would choose on their own, as the prefill
+    chooses it from the centrality (:func:`sglang_pask.structkv.pooled_skeleton`); ``(k,)`` int64."""
+    from sglang_pask.structkv import pooled_skeleton
 
-    from sglang_pask.policy.pooling import max_pool_by_position
-    from sglang_pask.structkv import select_skeleton
-    from sglang_pask.structkv.prefill import DEFAULT_SKELETON_KERNEL
-
-    pooled = max_pool_by_position(torch.arange(scores.numel()), scores, DEFAULT_SKELETON_KERNEL)
-    return select_skeleton(pooled, ratio, window)
+    return pooled_skeleton(scores, ratio, window)
 
 
 def key_positions(tokenizer: Any, text: str, expected: Sequence[str]) -> list[int]:

@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from transformers import AutoTokenizer
 
-from bench.long_context import (NOISE, Item, Outcome, ask, build_items, essay_sentences, format_table, is_correct,
-                                summarize)
+from bench.long_context import (NOISE, Item, Outcome, ask, build_items, build_parser, essay_sentences, format_table,
+                                is_correct, summarize)
 from sglang_pask.default_model import ensure_default_model
 
 
@@ -102,3 +102,12 @@ def test_summary_compares_with_full_and_gives_the_median_pivot():
     table = format_table(rows, markdown=True)
     assert "| pivot | pruned after |" in table and "| 10.0 | 12.0 |" in table
     assert "| acc | acc niah | acc vt | acc/full |" in table  # a column for each task run, only those
+
+
+@pytest.mark.parametrize("bad", ["0", "-3", "eleven", ""])
+def test_a_bad_structkv_pivot_is_refused_before_any_server_starts(bad, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(["--structkv-pivot", bad])
+    assert exit_info.value.code == 2
+    assert "--structkv-pivot: must be 'auto' or a layer index >= 1" in capsys.readouterr().err
+    assert build_parser().parse_args(["--structkv-pivot", "13"]).structkv_pivot == "13"

@@ -30,7 +30,8 @@ from .pivot import (
     topk_count,
     transition_scores,
 )
-from .prefill import DEFAULT_DOMINANCE, DEFAULT_PATIENCE, PromptPruning, PruneDecision, kv_keep, settled_auto_pivot
+from .prefill import (DEFAULT_DOMINANCE, DEFAULT_PATIENCE, PromptPruning, PruneDecision, kv_keep, pooled_skeleton,
+                      settled_auto_pivot)
 from .skeleton import select_kv, select_skeleton, top_count
 
 __all__ = [
@@ -43,6 +44,7 @@ __all__ = [
     "PruneDecision",
     "detect_pivot",
     "kv_keep",
+    "pooled_skeleton",
     "layer_statistics",
     "normalized_gradient",
     "select_kv",

@@ -200,10 +200,7 @@ class PromptPruning:
         pivot = self._settled_pivot(layer)
         if pivot is None:
             return None
-        centrality = self.centrality.centrality(layer)
-        positions = torch.arange(self.length, device=centrality.device)
-        pooled = max_pool_by_position(positions, centrality, self.kernel_size)
-        skeleton = select_skeleton(pooled, self.ratio, self.window)
+        skeleton = pooled_skeleton(self.centrality.centrality(layer), self.ratio, self.window, self.kernel_size)
         self.decision = PruneDecision(pivot, layer, skeleton, self.config.restart_prefill)
         return self.decision
 
@@ -241,6 +238,15 @@ def settled_auto_pivot(stats: Tensor, num_layers: int, min_pivot: int, patience:
     if layer < _MIN_STEPS or layer - pivot < patience:
         return None
     return pivot if step_dominance(stats, pivot - 1, weights) >= dominance else None
+
+
+def pooled_skeleton(centrality: Tensor, ratio: float, window: int,
+                    kernel_size: int = DEFAULT_SKELETON_KERNEL) -> Tensor:
+    """The skeleton of a prompt part: ``centrality`` ``(n,)`` max-pooled over ``kernel_size``
+    neighbouring positions (1 turns it off), then :func:`.skeleton.select_skeleton` at ``ratio`` plus
+    the ``window``; ``(k,)`` int64 local positions, sorted."""
+    positions = torch.arange(centrality.numel(), device=centrality.device)
+    return select_skeleton(max_pool_by_position(positions, centrality, kernel_size), ratio, window)
 
 
 def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int,
