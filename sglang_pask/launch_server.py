@@ -8,7 +8,7 @@ Then, where the user did not decide otherwise:
 * no ``--model-path``: the embedded default model is prepared (first use) and served, with SGLang's
   ``qwen25`` tool-call parser so OpenAI ``tools`` requests return ``tool_calls``;
 * no GPU: the CPU engine (``SGLANG_USE_CPU_ENGINE=1``, ``--device cpu``, torch_native attention,
-  CUDA graphs off, a KV pool sized for a CPU machine);
+  CUDA graphs off, a KV pool sized for a CPU machine, float32 on a CPU without native bf16);
 * an attention backend that reads the layer groups' KV: torch_native or triton (the default on a
   GPU, with CUDA graphs off); any other is refused (:func:`attention_backend_flags`);
 * the config is published in the environment for the plugin in every spawned SGLang process.
@@ -40,6 +40,34 @@ CPU_DEFAULTS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # everything else on the host, other servers included. It then waits on the sockets instead.
     ("--sleep-on-idle", ("--sleep-on-idle",)),
 )
+
+
+# CPU flags (/proc/cpuinfo) of native bf16 matrix instructions. Without either, torch 2.13's bf16
+# GEMMs run far slower than fp32 ones: on a 2-core AMD EPYC with AVX2 only, a 2K-token prefill of the
+# default model took 94.7 s in bf16 and 17.9 s in float32 (bench/results/cpu_dtype_2026-12-03.md).
+NATIVE_BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpu_has_native_bf16(cpuinfo: Optional[str] = None) -> bool:
+    """Whether the CPU lists one of :data:`NATIVE_BF16_CPU_FLAGS` in ``cpuinfo`` (the text of
+    ``/proc/cpuinfo`` when None). True where the flags cannot be read (not Linux): then nothing is
+    assumed and SGLang's own dtype choice stands."""
+    if cpuinfo is None:
+        try:
+            cpuinfo = CPUINFO.read_text()
+        except OSError:
+            return True
+    flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), None)
+    return flags is None or not NATIVE_BF16_CPU_FLAGS.isdisjoint(flags)
+
+
+def cpu_defaults() -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """:data:`CPU_DEFAULTS`, plus ``--dtype float32`` on a CPU without native bf16
+    (:func:`cpu_has_native_bf16`), where a bf16 model would otherwise run several times slower."""
+    if cpu_has_native_bf16():
+        return CPU_DEFAULTS
+    return CPU_DEFAULTS + (("--dtype", ("--dtype", "float32")),)
 
 
 # --mem-fraction-static on CPU with chunked prefill off (always so under StructKV); see prepare().
@@ -207,7 +235,7 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     gpu = _gpu_available()
     if not gpu:
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
-        for flag, defaults in CPU_DEFAULTS:
+        for flag, defaults in cpu_defaults():
             if not _has_flag(sglang_argv, flag):
                 sglang_argv += list(defaults)
         unchunked = (_flag_value(sglang_argv, "--chunked-prefill-size") or "").strip() == "-1"

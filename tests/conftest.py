@@ -73,9 +73,9 @@ def stock_tiny_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFac
     """Stock SGLang (``python -m sglang.launch_server``, sglang-pask's plugin inactive) on the tiny
     model with the CPU settings the launcher picks, for output-identity comparisons."""
     from sglang_pask.config import CONFIG_ENV
-    from sglang_pask.launch_server import CPU_DEFAULTS
+    from sglang_pask.launch_server import cpu_defaults
 
-    cpu_flags = [arg for _, flags in CPU_DEFAULTS for arg in flags]
+    cpu_flags = [arg for _, flags in cpu_defaults() for arg in flags]
     log = tmp_path_factory.mktemp("logs") / "stock_tiny_server.log"
     server = ServerProcess(
         ["--model-path", str(tiny_model_dir), *cpu_flags, *TINY_SGLANG_FLAGS],

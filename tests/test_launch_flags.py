@@ -102,6 +102,30 @@ def test_cpu_defaults_make_an_idle_scheduler_wait_instead_of_spinning(tiny_model
 
 
 @pytest.mark.parametrize(
+    "cpuinfo, native",
+    [
+        ("processor\t: 0\nflags\t\t: fpu sse2 avx avx2 fma\n", False),  # AVX2 only (an AMD EPYC here)
+        ("flags\t\t: fpu avx2 avx512f avx512_bf16\n", True),
+        ("flags\t\t: fpu avx2 avx512f amx_tile amx_bf16 amx_int8\n", True),
+        ("processor\t: 0\n", True),  # no flags line: nothing assumed
+    ],
+)
+def test_native_bf16_is_read_from_the_cpu_flags(cpuinfo, native):
+    from sglang_pask.launch_server import cpu_has_native_bf16
+
+    assert cpu_has_native_bf16(cpuinfo) is native
+
+
+def test_a_cpu_without_native_bf16_serves_in_float32_unless_a_dtype_is_given(tiny_model_dir):
+    from sglang_pask.launch_server import _flag_value, cpu_has_native_bf16
+
+    expected = None if cpu_has_native_bf16() else "float32"
+    assert _flag_value(cpu_prepared_argv(tiny_model_dir, []), "--dtype") == expected
+    given = cpu_prepared_argv(tiny_model_dir, ["--dtype", "bfloat16"])
+    assert given.count("--dtype") == 1 and _flag_value(given, "--dtype") == "bfloat16"
+
+
+@pytest.mark.parametrize(
     "args, expected",
     [
         (["--chunked-prefill-size", "-1"], "0.5"),  # unchunked: SGLang would reserve 16K tokens of activations

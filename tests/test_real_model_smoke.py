@@ -77,7 +77,7 @@ def test_budget_one_over_four_layer_groups_is_stock_sglang_on_the_default_model(
 
     from sglang_pask.config import CONFIG_ENV
     from sglang_pask.default_model import ensure_default_model
-    from sglang_pask.launch_server import CPU_DEFAULTS
+    from sglang_pask.launch_server import cpu_defaults
 
     model = str(ensure_default_model())
     tokenizer = AutoTokenizer.from_pretrained(model)
@@ -88,7 +88,7 @@ def test_budget_one_over_four_layer_groups_is_stock_sglang_on_the_default_model(
                                       tokenize=False, add_generation_prompt=True),
         "The capital of Portugal is",
     ]
-    cpu_flags = [arg for _, flags in CPU_DEFAULTS for arg in flags]
+    cpu_flags = [arg for _, flags in cpu_defaults() for arg in flags]
     servers = {  # name: (flags, environment, module), started one after the other
         "pask": (["--model-path", model, "--kv-policy", "full", "--kv-budget", "1.0", "--kv-layer-groups", "4"],
                  {}, "sglang_pask.launch_server"),

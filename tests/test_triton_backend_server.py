@@ -27,7 +27,7 @@ from test_layer_group_server import (
 )
 
 from sglang_pask.config import CONFIG_ENV
-from sglang_pask.launch_server import CPU_DEFAULTS
+from sglang_pask.launch_server import cpu_defaults
 from sglang_pask.server_process import ServerProcess
 
 pytestmark = pytest.mark.server
@@ -47,7 +47,8 @@ def servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     on torch_native."""
     logs = tmp_path_factory.mktemp("triton-logs")
     model = ["--model-path", str(tiny_model_dir), *FLOAT32]
-    stock_cpu = [arg for flag, flags in CPU_DEFAULTS if flag != "--attention-backend" for arg in flags]
+    given = ("--attention-backend", "--dtype")
+    stock_cpu = [arg for flag, flags in cpu_defaults() if flag not in given for arg in flags]
     plans = {
         "stock-triton": {"args": [*model, *stock_cpu, "--attention-backend", "triton"],
                          "env": {"SGLANG_USE_CPU_ENGINE": "1", CONFIG_ENV: None, **INTERPRETER},
