@@ -152,9 +152,19 @@ def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int, model_n
 
 def structkv_prefill_flags(config: PaskConfig, sglang_argv: list[str]) -> list[str]:
     """SGLang flags StructKV needs: one extend per uncached prompt part, so chunked prefill is off
-    (``--chunked-prefill-size -1``) unless the user chose a chunk size, which is refused."""
+    (``--chunked-prefill-size -1``) unless the user chose a chunk size, which is refused. The segment
+    skeleton reads the tokenizer's vocabulary through the xgrammar grammar backend, so another
+    ``--grammar-backend`` or ``--skip-tokenizer-init`` is refused with it."""
     if not config.structkv:
         return []
+    if config.structkv_select == "segments":
+        backend = _flag_value(sglang_argv, "--grammar-backend")
+        if backend is not None and backend.strip() != "xgrammar":
+            raise ConfigError(f"--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, "
+                              f"got --grammar-backend {backend} (use xgrammar or --structkv-select tokens)")
+        if _has_flag(sglang_argv, "--skip-tokenizer-init"):
+            raise ConfigError("--structkv-select segments: needs the tokenizer, got --skip-tokenizer-init "
+                              "(drop it or use --structkv-select tokens)")
     chunk = _flag_value(sglang_argv, "--chunked-prefill-size")
     if chunk is None:
         return ["--chunked-prefill-size", "-1"]

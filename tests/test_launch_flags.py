@@ -35,6 +35,12 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--structkv", "--structkv-mode", "nope"], "argument --structkv-mode: invalid choice: 'nope'"),
         (["--structkv", "--structkv-mode", "fixed-pivot"], "--structkv-mode fixed-pivot needs a fixed --structkv-pivot N"),
         (["--structkv", "--chunked-prefill-size", "512"], "needs chunked prefill off; got --chunked-prefill-size 512"),
+        (["--structkv", "--structkv-window", "0"], "argument --structkv-window: must be at least 1, got 0"),
+        (["--structkv", "--structkv-select", "words"], "argument --structkv-select: invalid choice: 'words'"),
+        (["--structkv-select", "tokens"], "error: --structkv-select needs --structkv"),
+        (["--structkv", "--grammar-backend", "outlines"],
+         "--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, got --grammar-backend outlines"),
+        (["--structkv", "--skip-tokenizer-init"], "--structkv-select segments: needs the tokenizer"),
     ],
 )
 def test_invalid_value_exits_2_with_one_line_naming_the_flag(args, message):
@@ -71,7 +77,8 @@ def test_help_lists_sglang_and_own_flags():
     result = run_launcher("--help")
     assert result.returncode == 0
     for flag in ("--model-path", "--attention-backend", "--kv-policy", "--kv-budget", "--kv-layer-groups",
-                 "--structkv", "--structkv-prefill-ratio", "--structkv-kv-ratio", "--structkv-pivot", "--structkv-mode"):
+                 "--structkv", "--structkv-prefill-ratio", "--structkv-kv-ratio", "--structkv-pivot", "--structkv-mode",
+                 "--structkv-window", "--structkv-select"):
         assert flag in result.stdout
     assert "sglang-pask" in result.stdout
 

@@ -6,7 +6,10 @@ One server at a time (each test starts and stops its own):
 * at R_struct = 0.25, R_KV = 0.125 the layers after the settled pivot compute only the skeleton
   rows, every layer group keeps R_KV of the prompt plus the window, decode runs under the KV
   policy, several requests batch together, a cached prefix is reused, and no slot leaks (Qwen2);
-* GemFilter-style mode restarts from layer 0 on the skeleton (Llama).
+* GemFilter-style mode restarts from layer 0 on the skeleton (Llama; the paper's token selection
+  and window of 8).
+
+The other tests run the defaults: segments (sentences, lines) and an observation window of 32.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ import requests
 from tiny_model import build_tiny_model
 
 from sglang_pask.server_process import ServerProcess
+from sglang_pask.structkv.segments import DEFAULT_MAX_SEGMENT
 
 pytestmark = pytest.mark.server
 
 LAYERS = 6
-WINDOW = 8
+WINDOW = 8  # --kv-window: every group's KV keeps it
+SCORE_WINDOW = 32  # --structkv-window (default): the skeleton keeps it
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
 
 
@@ -93,8 +98,11 @@ def test_later_layers_compute_the_skeleton_and_decode_runs_without_leaks(qwen2_d
             stats = result["meta_info"]["kv_stats"]
             report = stats["structkv"]
             n = report["computed_tokens"]
-            skeleton = min(n, math.floor(0.25 * n) + WINDOW)
+            skeleton = min(n, math.floor(0.25 * n) + SCORE_WINDOW)
             assert report["mode"] == "auto" and report["skeleton_tokens"] == skeleton < n
+            # The prompt has no newline or sentence end: its segments are pieces of 48 tokens,
+            # counted from the batch's own token ids.
+            assert report["select"] == "segments" and report["segments"] == math.ceil(n / DEFAULT_MAX_SEGMENT)
             decided = report["decided_at"]
             assert 1 <= report["pivot"] <= decided <= LAYERS - 2
             assert report["rows_per_layer"] == [n] * (decided + 1) + [skeleton] * (LAYERS - decided - 1)
@@ -116,13 +124,14 @@ def test_later_layers_compute_the_skeleton_and_decode_runs_without_leaks(qwen2_d
 def test_gemfilter_mode_restarts_on_the_skeleton(tmp_path):
     model_dir = build_tiny_model(tmp_path / "tiny-llama", num_layers=LAYERS, arch="llama")
     server = start(model_dir, tmp_path / "gemfilter.log", "--structkv", "--structkv-mode", "gemfilter",
-                   "--structkv-pivot", "2")
+                   "--structkv-pivot", "2", "--structkv-select", "tokens", "--structkv-window", "8")
     try:
         result = generate(server, prompt(3, 200), 12)
         report = result["meta_info"]["kv_stats"]["structkv"]
         n = report["computed_tokens"]
-        skeleton = min(n, math.floor(0.2 * n) + WINDOW)
+        skeleton = min(n, math.floor(0.2 * n) + 8)
         assert report["mode"] == "gemfilter" and report["restarted"] and report["pivot"] == 2
+        assert report["select"] == "tokens" and report["segments"] is None
         assert report["rows_per_layer"] == [skeleton] * LAYERS
         assert result["meta_info"]["completion_tokens"] == 12
         assert_clean(server)

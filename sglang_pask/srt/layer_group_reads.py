@@ -125,7 +125,7 @@ class LayerGroupReads:
                 self.views.window,
             ))
         if prune is not None:
-            scored = min(new, prune.settings.window)
+            scored = min(new, prune.settings.score_window)
             window_q = query[:, new - scored:, :].movedim(0, 1).float()
             per_head = sequence_window_scores(window_q, keys.movedim(0, 1).float(), layer.scaling)
             prune.add_scores(index, layer.layer_id, positions, per_head.sum(dim=0))

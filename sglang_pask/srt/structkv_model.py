@@ -28,6 +28,7 @@ are never changed) and generated tokens are compressed by the ``--kv-policy``.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Optional
 
 import torch
@@ -41,7 +42,11 @@ from sglang_pask.kernels.skeleton_gather import (
     skeleton_scatter_reference,
     skeleton_scatter_triton,
 )
+from sglang_pask.srt.role_grammar import process_vocab
 from sglang_pask.srt.structkv_pass import PASS_ATTRIBUTE, StructKVPass, StructKVSettings
+from sglang_pask.structkv import segment_end_table
+
+logger = logging.getLogger(__name__)
 
 MODEL_FORWARDS: tuple[str, ...] = (
     "sglang.srt.models.qwen2.Qwen2Model.forward",
@@ -55,7 +60,7 @@ def structkv_forward(settings: StructKVSettings):
 
     def forward(original: Any, model: Any, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any,
                 input_embeds: Optional[torch.Tensor] = None, pp_proxy_tensors: Any = None, **kwargs: Any) -> Any:
-        prune = _begin(settings, model, positions, forward_batch, input_embeds, pp_proxy_tensors, kwargs)
+        prune = _begin(settings, model, input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors, kwargs)
         if prune is None:
             return original(model, input_ids, positions, forward_batch, input_embeds,
                             pp_proxy_tensors=pp_proxy_tensors, **kwargs)
@@ -74,7 +79,7 @@ def structkv_forward(settings: StructKVSettings):
     return forward
 
 
-def _begin(settings: StructKVSettings, model: Any, positions: torch.Tensor, forward_batch: Any,
+def _begin(settings: StructKVSettings, model: Any, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any,
            input_embeds: Optional[torch.Tensor], pp_proxy_tensors: Any, kwargs: dict) -> Optional[StructKVPass]:
     """A pass for this batch, or None when StructKV does not apply to it (see the module docstring)."""
     if forward_batch.forward_mode != ForwardMode.EXTEND:
@@ -99,8 +104,37 @@ def _begin(settings: StructKVSettings, model: Any, positions: torch.Tensor, forw
     rows = forward_batch.req_pool_indices.tolist()
     if sum(extend_lens) != positions.numel():
         return None
+    segment_ends = None
+    if settings.segments:
+        table = _segment_end_table(input_ids.device)
+        if table is None:
+            return None
+        segment_ends = table[input_ids.clamp(0, table.numel() - 1)]
     return StructKVPass(settings, num_layers, list(pool.layer_group), rows, prefix_lens, extend_lens, positions,
-                        forward_batch.out_cache_loc)
+                        forward_batch.out_cache_loc, segment_ends)
+
+
+_segment_tables: dict[torch.device, torch.Tensor] = {}
+_missing_vocab_logged: list[bool] = []
+
+
+def _segment_end_table(device: torch.device) -> Optional[torch.Tensor]:
+    """``(V,)`` bool on ``device``: which token ids of this process's model end a segment, from the
+    vocabulary the grammar backend read (:func:`~sglang_pask.srt.role_grammar.process_vocab`); None
+    (and a logged error, once) when there is none, so the batch runs unpruned."""
+    found = _segment_tables.get(device)
+    if found is not None:
+        return found
+    vocab = process_vocab()
+    if vocab is None:
+        if not _missing_vocab_logged:
+            _missing_vocab_logged.append(True)
+            logger.error("sglang-pask: StructKV's segment skeleton needs the xgrammar grammar backend's vocabulary, "
+                         "which this scheduler has not built; prompts are not pruned")
+        return None
+    table = segment_end_table(vocab.token_bytes, vocab.special_ids).to(device)
+    _segment_tables[device] = table
+    return table
 
 
 def _run_layers(model: Any, input_ids: torch.Tensor, forward_batch: Any, prune: StructKVPass) -> Any:

@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from sglang_pask.structkv import PivotConfig, PromptPruning, PruneDecision, kv_keep
+from sglang_pask.structkv import PivotConfig, PromptPruning, PruneDecision, kv_keep, segment_ids, segment_kv_keep
 
 PASS_ATTRIBUTE = "pask_structkv"
 
@@ -43,19 +43,28 @@ class StructKVSettings:
     kv_ratio : float
         ``R_KV``.
     window : int
-        Last-window queries and the window every selection keeps.
+        The recent window every layer group's KV keeps (``--kv-window``).
+    score_window : int
+        The observation window (``--structkv-window``): the last queries that score the prompt,
+        which the skeleton always holds.
+    segments : bool
+        The skeleton and the KV keep sets by whole segments (``--structkv-select segments``) rather
+        than by pooled tokens.
     """
 
     pivot: PivotConfig
     prefill_ratio: float
     kv_ratio: float
     window: int
+    score_window: int
+    segments: bool
 
     @classmethod
     def from_flags(cls, mode: str, pivot: str | int, prefill_ratio: float, kv_ratio: float,
-                   window: int) -> "StructKVSettings":
+                   window: int, score_window: int, skeleton: str) -> "StructKVSettings":
         """``structkv``: decayed centrality (lambda 0.9); ``fixed-pivot``: FastKV-style, the pivot
-        layer's own scores (lambda 0); ``gemfilter``: layer N's scores and a restart from layer 0."""
+        layer's own scores (lambda 0); ``gemfilter``: layer N's scores and a restart from layer 0.
+        ``skeleton`` is ``segments`` or ``tokens``."""
         if mode == "structkv":
             config = PivotConfig(pivot=pivot)
         elif mode == "fixed-pivot":
@@ -64,7 +73,9 @@ class StructKVSettings:
             config = PivotConfig(pivot=pivot, gemfilter=True)
         else:
             raise ValueError(f"unknown StructKV mode {mode!r}")
-        return cls(config, prefill_ratio, kv_ratio, window)
+        if skeleton not in ("segments", "tokens"):
+            raise ValueError(f"unknown StructKV skeleton {skeleton!r}")
+        return cls(config, prefill_ratio, kv_ratio, window, score_window, skeleton == "segments")
 
 
 @dataclass
@@ -120,19 +131,31 @@ class StructKVPass:
         Per request in batch order: request-pool row, cached prefix, tokens computed.
     positions, out_cache_loc : Tensor
         ``(T,)``: the batch's positions and KV write slots.
+    segment_ends : Tensor, optional
+        ``(T,)`` bool: which of the batch's tokens end a segment
+        (:func:`sglang_pask.structkv.segment_end_table` of their ids); required with
+        ``settings.segments``.
     """
 
     def __init__(self, settings: StructKVSettings, num_layers: int, layer_groups: list[int], rows: list[int],
-                 prefix_lens: list[int], extend_lens: list[int], positions: Tensor, out_cache_loc: Tensor) -> None:
+                 prefix_lens: list[int], extend_lens: list[int], positions: Tensor, out_cache_loc: Tensor,
+                 segment_ends: Optional[Tensor] = None) -> None:
+        if settings.segments and segment_ends is None:
+            raise ValueError("a segment skeleton needs the batch's segment ends")
         self.settings = settings
         self.num_layers = num_layers
         self.layer_groups = layer_groups
         device = positions.device
+        starts = [0]
+        for n in extend_lens:
+            starts.append(starts[-1] + n)
         self.requests = [
             RequestPrune(row, prefix, n,
-                         PromptPruning(settings.pivot, num_layers, n, settings.prefill_ratio, settings.window),
+                         PromptPruning(settings.pivot, num_layers, n, settings.prefill_ratio, settings.score_window,
+                                       segments=None if not settings.segments
+                                       else segment_ids(segment_ends[start:start + n])),
                          torch.arange(n, device=device))
-            for row, prefix, n in zip(rows, prefix_lens, extend_lens)
+            for row, prefix, n, start in zip(rows, prefix_lens, extend_lens, starts)
         ]
         self.rows = torch.arange(positions.numel(), device=device)
         self.positions = positions
@@ -223,10 +246,12 @@ class StructKVPass:
 
     def report(self, index: int) -> dict:
         """What request ``index``'s prefill did: mode, pivot, the layer after which it shrank (or
-        restarted), tokens computed, skeleton size and the rows each layer computed in the final
-        epoch."""
+        restarted), tokens computed, skeleton size, the rows each layer computed in the final
+        epoch, the selection (``segments`` or ``tokens``) and, by segments, how many segments the
+        computed part has."""
         request = self.requests[index]
         decision = request.decision
+        segments = request.pruning.segments
         rows = [request.length if request.computes_all(layer) else request.computed.numel()
                 for layer in range(self.num_layers)]
         return {
@@ -237,6 +262,8 @@ class StructKVPass:
             "computed_tokens": request.length,
             "skeleton_tokens": request.computed.numel(),
             "rows_per_layer": rows,
+            "select": "tokens" if segments is None else "segments",
+            "segments": None if segments is None else (int(segments.max()) + 1 if segments.numel() else 0),
         }
 
     def kv_keep(self, index: int, group: int, group_layers: range) -> Tensor:
@@ -254,5 +281,9 @@ class StructKVPass:
         scores = request.group_scores.get(group)
         if scores is None:
             scores = torch.zeros(request.length, dtype=torch.float32, device=device)
-        keep = kv_keep(scores, candidates, self.settings.kv_ratio, self.settings.window)
+        segments = request.pruning.segments
+        if segments is not None:
+            keep = segment_kv_keep(scores, candidates, segments, self.settings.kv_ratio, self.settings.window)
+        else:
+            keep = kv_keep(scores, candidates, self.settings.kv_ratio, self.settings.window)
         return keep + request.prefix_len

@@ -17,7 +17,8 @@ For one prompt of ``n`` tokens in a model of ``num_layers`` layers, the prefill 
 runs (the pivot is settled while the layers run), and :func:`.prefill.kv_keep` is step 4 per layer
 group.
 
-Modules: :mod:`.centrality`, :mod:`.pivot`, :mod:`.skeleton`, :mod:`.prefill`.
+Modules: :mod:`.centrality`, :mod:`.pivot`, :mod:`.skeleton`, :mod:`.segments` (the skeleton by
+whole sentences and lines), :mod:`.prefill`.
 """
 
 from .centrality import CentralityAccumulator
@@ -32,6 +33,7 @@ from .pivot import (
 )
 from .prefill import (DEFAULT_DOMINANCE, DEFAULT_PATIENCE, PromptPruning, PruneDecision, kv_keep, pooled_skeleton,
                       settled_auto_pivot)
+from .segments import segment_end_table, segment_ids, segment_kv_keep, segment_skeleton
 from .skeleton import select_kv, select_skeleton, top_count
 
 __all__ = [
@@ -45,6 +47,10 @@ __all__ = [
     "detect_pivot",
     "kv_keep",
     "pooled_skeleton",
+    "segment_end_table",
+    "segment_ids",
+    "segment_kv_keep",
+    "segment_skeleton",
     "layer_statistics",
     "normalized_gradient",
     "select_kv",

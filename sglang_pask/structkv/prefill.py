@@ -69,6 +69,7 @@ from sglang_pask.policy.pooling import check_kernel_size, max_pool_by_position
 
 from .centrality import CentralityAccumulator
 from .pivot import DEFAULT_WEIGHTS, PivotConfig, detect_pivot, layer_statistics, step_dominance
+from .segments import segment_skeleton
 from .skeleton import select_kv, select_skeleton
 
 # Layers between the pivot detected so far and the current one before an auto pivot is settled.
@@ -135,6 +136,9 @@ class PromptPruning:
         (the search starts at 1 at least and at ``num_layers - 2`` at most).
     kernel_size : int
         Odd width of the centrality's max-pooling before the skeleton's top-k; 1 turns it off.
+    segments : Tensor, optional
+        ``(length,)`` int64 :func:`.segments.segment_ids` of the part's tokens: the skeleton is then
+        chosen by whole segments (:func:`.segments.segment_skeleton`) instead of by pooled tokens.
 
     Raises
     ------
@@ -146,7 +150,7 @@ class PromptPruning:
     def __init__(self, pivot: PivotConfig, num_layers: int, length: int, ratio: float, window: int,
                  patience: int = DEFAULT_PATIENCE, dominance: float = DEFAULT_DOMINANCE,
                  min_pivot_fraction: float = DEFAULT_MIN_PIVOT_FRACTION,
-                 kernel_size: int = DEFAULT_SKELETON_KERNEL) -> None:
+                 kernel_size: int = DEFAULT_SKELETON_KERNEL, segments: Optional[Tensor] = None) -> None:
         if num_layers < 3:
             raise ValueError(f"StructKV prunes after a pivot in [1, num_layers - 2]; the model has {num_layers} layers")
         if pivot.pivot != "auto" and not 1 <= pivot.pivot <= num_layers - 2:
@@ -162,6 +166,9 @@ class PromptPruning:
         self.dominance = dominance
         check_kernel_size("StructKV skeleton", kernel_size)
         self.kernel_size = kernel_size
+        if segments is not None and segments.shape != (length,):
+            raise ValueError(f"segments must be ({length},), got {tuple(segments.shape)}")
+        self.segments = segments
         self.min_pivot = min(max(1, math.ceil(min_pivot_fraction * num_layers - 1e-9)), num_layers - 2)
         first_layer = self.min_pivot if pivot.pivot == "auto" else min(self.min_pivot, pivot.pivot)
         self.centrality = CentralityAccumulator(pivot.centrality_decay, first_layer)
@@ -200,7 +207,11 @@ class PromptPruning:
         pivot = self._settled_pivot(layer)
         if pivot is None:
             return None
-        skeleton = pooled_skeleton(self.centrality.centrality(layer), self.ratio, self.window, self.kernel_size)
+        centrality = self.centrality.centrality(layer)
+        if self.segments is not None:
+            skeleton = segment_skeleton(centrality, self.segments, self.ratio, self.window)
+        else:
+            skeleton = pooled_skeleton(centrality, self.ratio, self.window, self.kernel_size)
         self.decision = PruneDecision(pivot, layer, skeleton, self.config.restart_prefill)
         return self.decision
 

@@ -34,12 +34,14 @@ def top_count(ratio: float, seq_len: int) -> int:
     return math.floor(ratio * seq_len + _EPS)
 
 
-def _check_window(window: int) -> None:
+def check_window(window: int) -> None:
+    """Raise ValueError unless ``window`` is an integer >= 1."""
     if isinstance(window, bool) or not isinstance(window, int) or window < 1:
         raise ValueError(f"the recent window must be an integer >= 1, got {window!r}")
 
 
-def _check_scores(scores: Tensor, what: str) -> None:
+def check_scores(scores: Tensor, what: str) -> None:
+    """Raise ValueError (naming ``what``) unless ``scores`` is a 1-D float tensor."""
     if scores.dim() != 1 or not scores.is_floating_point():
         raise ValueError(f"{what} must be a 1-D float tensor, got shape {tuple(scores.shape)} and dtype {scores.dtype}")
 
@@ -77,8 +79,8 @@ def select_skeleton(centrality: Tensor, ratio: float = 0.2, window: int = 8) -> 
         If ``centrality`` is not 1-D float, ``ratio`` is not in (0, 1] or ``window < 1``.
     """
     check_fraction(ratio, "skeleton ratio (R_struct)")
-    _check_window(window)
-    _check_scores(centrality, "centrality")
+    check_window(window)
+    check_scores(centrality, "centrality")
     seq_len = centrality.numel()
     positions = torch.arange(seq_len, device=centrality.device)
     count = min(seq_len, top_count(ratio, seq_len) + min(window, seq_len))
@@ -126,8 +128,8 @@ def select_kv(
         ``seq_len``, ``seq_len < n``, ``ratio`` is not in (0, 1] or ``window < 1``.
     """
     check_fraction(ratio, "KV ratio (R_KV)")
-    _check_window(window)
-    _check_scores(scores, "layer scores")
+    check_window(window)
+    check_scores(scores, "layer scores")
     n = scores.numel()
     if positions is None:
         positions = torch.arange(n, device=scores.device)
