@@ -33,6 +33,11 @@ and measures accuracy and time to first token (TTFT: the prefill, one request al
 * ``gemfilter``: ``--structkv --structkv-mode gemfilter --structkv-pivot N``;
 * ``snapkv``: ``--kv-policy snapkv --kv-budget 0.1`` (full prefill, KV compressed after it).
 
+The three StructKV modes run the server's StructKV defaults otherwise (the skeleton and each layer's
+KV by whole sentences and lines, an observation window of 32); ``--structkv-args`` passes them other
+flags (``"--structkv-select tokens --structkv-window 8"``: the paper's token selection), so one
+selection compares against another on the same prompts.
+
 Prints a table (accuracy and median TTFT per mode and length, ratios against ``full`` of the same
 run, and for the StructKV modes the median pivot layer and the layer after which the rows shrank,
 from each response's ``meta_info.kv_stats.structkv``); ``--json`` writes it with the per-item results, command, date, machine and commit;
@@ -70,6 +75,8 @@ MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapk
 TASKS: tuple[str, ...] = ("niah", "vt", "niah-mk", "niah-mv")
 DEFAULT_TASKS: tuple[str, ...] = ("niah", "vt")
 ESSAY_TASKS: frozenset[str] = frozenset({"niah-mk", "niah-mv"})
+# Modes that run StructKV's prefill (they take --structkv-args).
+STRUCTKV_MODES: frozenset[str] = frozenset({"structkv", "fixed-pivot", "gemfilter"})
 SEED = 20261130
 # RULER's noise haystack.
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -247,6 +254,8 @@ def start_server(mode: str, model_path: str, args: argparse.Namespace, log_dir: 
     flags = ["--model-path", model_path, "--disable-radix-cache", "--chunked-prefill-size", "-1",
              "--kv-layer-groups", str(args.layer_groups),
              *server_flags(mode, args.fixed_pivot, args.gemfilter_pivot, args.structkv_pivot), *shlex.split(args.server_args)]
+    if mode in STRUCTKV_MODES:
+        flags += shlex.split(args.structkv_args)
     return ServerProcess(flags, log_dir / f"{mode}.log").wait_ready(timeout_s=900)
 
 
@@ -357,6 +366,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
     parser.add_argument("--server-args", default="--max-total-tokens 65536",
                         help="extra server flags (default: --max-total-tokens 65536)")
+    parser.add_argument("--structkv-args", default="",
+                        help="extra server flags of the StructKV modes only (structkv, fixed-pivot, gemfilter), e.g. "
+                             "\"--structkv-select tokens --structkv-window 8\" (default: none)")
     parser.add_argument("--interleave", action="store_true",
                         help="start every mode's server at once and send each prompt to every mode in turn, "
                              "the others frozen (SIGSTOP) meanwhile (times comparable on a machine whose speed drifts; needs memory for all servers)")

@@ -16,10 +16,11 @@ give:
 - the online decision of :class:`sglang_pask.structkv.PromptPruning` with its defaults, fed the layers
   in order as a prefill would: ``(pivot, decided_at)``;
 - where the answer lies in the prompt (the needle's digits, the variables' names): how many of its
-  tokens the skeleton holds at the decision layer by three scores (``skeleton_key_tokens``), and by
-  each layer's own scores alone, pooled as the prefill pools them (``layer_key_tokens``); the first
-  layer that holds every one is where retrieval starts (``retrieval_onset``), a pivot below it
-  prunes the answer away.
+  tokens the skeleton holds at the decision layer by three scores, each selected three ways (raw
+  top-k, the prefill's pooled tokens, the prefill's whole segments: ``skeleton_key_tokens``), and by
+  each layer's own scores alone, selected as the server's ``--structkv-select`` (``--select``)
+  chooses (``layer_key_tokens``); the first layer that holds every one is where retrieval starts
+  (``retrieval_onset``), a pivot below it prunes the answer away.
 
 Usage::
 
@@ -40,6 +41,7 @@ from typing import Any, Callable, Optional, Sequence
 from bench.common import run_header
 from bench.long_context import TASKS
 from sglang_pask.cli_paths import output_file
+from sglang_pask.config import DEFAULT_STRUCTKV_WINDOW, STRUCTKV_SELECTIONS
 
 
 class WindowScoreRecorder:
@@ -71,15 +73,20 @@ class WindowScoreRecorder:
 
 
 def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = None,
-            dominance: Optional[float] = None, key_positions: Optional[list[int]] = None) -> dict[str, Any]:
+            dominance: Optional[float] = None, key_positions: Optional[list[int]] = None,
+            segments: Optional[Any] = None, layers_by_segments: bool = True) -> dict[str, Any]:
     """Statistics, transition scores, dominance and both pivots of one prompt.
 
     With ``key_positions``, also how many of them the skeleton (top 20% plus the window) holds at the
     online decision layer ``d``, by three scores (``skeleton_key_tokens``): the centrality summed
     from layer 0 (``from_layer_0``), from the search's first layer as the prefill does
-    (``from_search_start``), and layer ``d``'s scores alone (``layer_alone``). The top-k is of the
-    raw scores: the prefill's max-pooling (:mod:`sglang_pask.structkv.prefill`) is left out so the
-    counts compare the scores alone.
+    (``from_search_start``), and layer ``d``'s scores alone (``layer_alone``). Under those names the
+    top-k is of the raw scores; under ``<name>_pooled`` it is the prefill's token selection
+    (:func:`sglang_pask.structkv.pooled_skeleton`, ``--structkv-select tokens``) and, with
+    ``segments``, under ``<name>_segments`` the prefill's default segment selection
+    (:func:`sglang_pask.structkv.segment_skeleton`). ``layer_key_tokens`` and ``retrieval_onset``
+    use the segment selection when ``segments`` is given and ``layers_by_segments``, the pooled
+    token selection otherwise.
 
     Parameters
     ----------
@@ -91,6 +98,10 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
         The online rule's (:class:`sglang_pask.structkv.PromptPruning`); its defaults when None.
     key_positions : list of int, optional
         Token positions a correct answer needs (the needle's or the variables' tokens).
+    segments : Tensor, optional
+        ``(n,)`` int64 :func:`sglang_pask.structkv.segment_ids` of the prompt's tokens.
+    layers_by_segments : bool
+        Whether each layer's own skeleton (``layer_key_tokens``) is chosen by ``segments``.
     """
     import torch
 
@@ -102,6 +113,8 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
         PromptPruning,
         detect_pivot,
         layer_statistics,
+        pooled_skeleton,
+        segment_skeleton,
         select_skeleton,
         transition_scores,
     )
@@ -122,7 +135,8 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
     per_layer = onset = None
     if key_positions is not None:
         keys = set(key_positions)
-        per_layer = [len(keys & set(layer_skeleton(scores, window).tolist())) for scores in scores_per_layer]
+        by = segments if layers_by_segments else None
+        per_layer = [len(keys & set(layer_skeleton(scores, window, by).tolist())) for scores in scores_per_layer]
         onset = next((layer for layer, held in enumerate(per_layer) if held == len(keys)), None)
     if key_positions is not None and online is not None:
         keys, decided = set(key_positions), online["decided_at"]
@@ -132,8 +146,12 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
             accumulator = CentralityAccumulator(decay, min(first, decided))
             for scores in scores_per_layer[: decided + 1]:
                 accumulator.add(scores)
-            skeleton = select_skeleton(accumulator.centrality(decided), 0.2, window)
-            coverage[name] = len(keys & set(skeleton.tolist()))
+            centrality = accumulator.centrality(decided)
+            coverage[name] = len(keys & set(select_skeleton(centrality, 0.2, window).tolist()))
+            coverage[f"{name}_pooled"] = len(keys & set(pooled_skeleton(centrality, 0.2, window).tolist()))
+            if segments is not None:
+                skeleton = segment_skeleton(centrality, segments, 0.2, window)
+                coverage[f"{name}_segments"] = len(keys & set(skeleton.tolist()))
     return {
         "stats": stats.tolist(),
         "entropy": [round(x, 3) for x in stats[:, 0].tolist()],
@@ -148,11 +166,15 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
     }
 
 
-def layer_skeleton(scores: Any, window: int, ratio: float = 0.2) -> Any:
+def layer_skeleton(scores: Any, window: int, segments: Optional[Any] = None, ratio: float = 0.2) -> Any:
     """The skeleton one layer's window scores ``(n,)`` would choose on their own, as the prefill
-    chooses it from the centrality (:func:`sglang_pask.structkv.pooled_skeleton`); ``(k,)`` int64."""
-    from sglang_pask.structkv import pooled_skeleton
+    chooses it from the centrality: by whole segments when ``segments`` (``(n,)`` int64) is given
+    (:func:`sglang_pask.structkv.segment_skeleton`), else by pooled tokens
+    (:func:`sglang_pask.structkv.pooled_skeleton`); ``(k,)`` int64."""
+    from sglang_pask.structkv import pooled_skeleton, segment_skeleton
 
+    if segments is not None:
+        return segment_skeleton(scores, segments, ratio, window)
     return pooled_skeleton(scores, ratio, window)
 
 
@@ -173,7 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048, 4096, 8192],
                         help="prompt lengths in tokens (default: 1024 2048 4096 8192)")
     parser.add_argument("--items", type=int, default=4, help="prompts per task and length (default: 4)")
-    parser.add_argument("--window", type=int, default=8, help="last-window queries (StructKV's w)")
+    parser.add_argument("--window", type=int, default=DEFAULT_STRUCTKV_WINDOW,
+                        help=f"last-window queries, StructKV's observation window (default: {DEFAULT_STRUCTKV_WINDOW}, "
+                             "the server's --structkv-window; the paper uses 8)")
+    parser.add_argument("--select", choices=STRUCTKV_SELECTIONS, default="segments",
+                        help="the selection layer_key_tokens and retrieval_onset use, as the server's --structkv-select "
+                             "(default: segments); skeleton_key_tokens reports both")
     parser.add_argument("--patience", type=int, default=None,
                         help="the online rule's patience (default: PromptPruning's, 0)")
     parser.add_argument("--dominance", type=float, default=None,
@@ -193,9 +220,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench.long_context import build_items
     from sglang_pask.default_model import ensure_default_model
+    from sglang_pask.structkv import segment_end_table, segment_ids
+    from sglang_pask.structure import TokenVocab
 
     model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    vocab = TokenVocab.from_huggingface(tokenizer)
+    segment_ends = segment_end_table(vocab.token_bytes, vocab.special_ids)
     recorder = WindowScoreRecorder(ALL_ATTENTION_FUNCTIONS["sdpa"], args.window)
     ALL_ATTENTION_FUNCTIONS["sdpa"] = recorder
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
@@ -207,7 +238,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             model(ids)
         rows.append({"task": item.task, "length": item.length, "index": item.index, "tokens": ids.shape[1],
                      **profile(list(recorder.scores), args.window, args.patience, args.dominance,
-                               key_positions(tokenizer, item.text, item.expected))})
+                               key_positions(tokenizer, item.text, item.expected),
+                               segment_ids(segment_ends[ids[0]]), args.select == "segments")})
     for row in rows:
         online = row["online"] or {}
         print(f"{row['task']:>4} {row['tokens']:>5} tokens: offline pivot {row['offline_pivot']}, "
@@ -215,13 +247,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("      T   " + " ".join(f"{x:+.2f}" for x in row["transition"]))
         print("      dom " + " ".join(f"{x:+.1f}" for x in row["dominance"]))
     onsets = [row["retrieval_onset"] for row in rows]
-    print("first layer whose own scores hold every answer token in their top 20% (retrieval onset): "
+    print(f"first layer whose own scores hold every answer token in their top 20% by {args.select} (retrieval onset): "
           + " ".join("-" if onset is None else str(onset) for onset in onsets))
     covered = [row["skeleton_key_tokens"] for row in rows if row["skeleton_key_tokens"]]
     if covered:
         totals = {name: sum(c[name] for c in covered) for name in covered[0]}
         print(f"answer tokens in the skeleton (top 20% + window) at the decision layer, of {totals.pop('key_tokens')}: "
               + ", ".join(f"{name} {count}" for name, count in totals.items()))
+        whole = {name: sum(c[name] == c["key_tokens"] for c in covered) for name in totals}
+        print(f"prompts whose skeleton holds every answer token, of {len(covered)}: "
+              + ", ".join(f"{name} {count}" for name, count in whole.items()))
     if args.json:
         record = {
             **run_header("python -m bench.pivot_profile", argv),

@@ -88,3 +88,27 @@ def test_window_score_recorder_equals_eager_attention_maps():
     for recorded, attention in zip(recorder.scores, reference.attentions):
         torch.testing.assert_close(recorded, attention[0, :, -6:, :].sum(dim=(0, 1)), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits, reference.logits, rtol=1e-4, atol=1e-4)
+
+
+def test_skeleton_coverage_by_pooled_tokens_and_by_segments():
+    """Each score's coverage is also reported through the prefill's two selections (pooled tokens,
+    whole segments); each layer's own skeleton follows ``layers_by_segments``."""
+    from sglang_pask.structkv import pooled_skeleton, segment_ids, segment_skeleton
+
+    layers, hubs = planted_layers(seed=3, hub_range=192)
+    n = layers[0].numel()
+    ends = torch.zeros(n, dtype=torch.bool)
+    ends[9::10] = True  # sentences of 10 tokens
+    segments = segment_ids(ends)
+    keys = hubs.tolist()
+    result = profile(layers, window=8, patience=3, dominance=1.5, key_positions=keys, segments=segments)
+    coverage, decided = result["skeleton_key_tokens"], result["online"]["decided_at"]
+    alone = layers[decided]
+    assert coverage["layer_alone_pooled"] == len(set(keys) & set(pooled_skeleton(alone, 0.2, 8).tolist()))
+    assert coverage["layer_alone_segments"] == len(set(keys) & set(segment_skeleton(alone, segments, 0.2, 8).tolist()))
+    assert {f"{name}_{how}" for name in ("from_layer_0", "from_search_start", "layer_alone")
+            for how in ("pooled", "segments")} <= set(coverage)
+    by_tokens = profile(layers, window=8, key_positions=keys, segments=segments, layers_by_segments=False)
+    assert by_tokens["layer_key_tokens"] == [len(set(keys) & set(pooled_skeleton(s, 0.2, 8).tolist())) for s in layers]
+    assert result["layer_key_tokens"] == [len(set(keys) & set(segment_skeleton(s, segments, 0.2, 8).tolist()))
+                                          for s in layers]
