@@ -8,7 +8,8 @@ fits in memory, where eager attention's full ``(heads, n, n)`` maps of 24 layers
 give:
 
 - the statistics of :func:`sglang_pask.structkv.pivot.layer_statistics` (entropy, top-k mass,
-  variance: ``stats``, one ``[H, rho, V]`` per layer) and the transition scores ``T`` of every step
+  variance: ``stats``, one ``[H, rho, V]`` per layer) of the scores of only the newest 8 queries
+  (``PivotConfig.statistics_window``), as the server reads them and the transition scores ``T`` of every step
   between layers;
 - ``dominance``: :func:`~sglang_pask.structkv.pivot.step_dominance` of each step over all layers;
 - the offline pivot ``argmax T + 1`` over every layer (what the paper's formula gives with all layers
@@ -51,13 +52,16 @@ class WindowScoreRecorder:
     the ``l``-th call (causal: query ``n - window + i`` sees keys ``0 .. n - window + i``), summed
     over query heads and those queries: what eager attention's ``attentions[l][0, :, -window:, :]
     .sum((0, 1))`` holds, without the ``(heads, n, n)`` map. Grouped KV heads are repeated to the
-    query heads.
+    query heads. ``statistics[l]`` is the same over only the last ``statistics_window`` of those
+    queries (what the pivot's statistics read online).
     """
 
-    def __init__(self, attention: Callable[..., Any], window: int) -> None:
+    def __init__(self, attention: Callable[..., Any], window: int, statistics_window: int) -> None:
         self.attention = attention
         self.window = window
+        self.statistics_window = statistics_window
         self.scores: list[Any] = []
+        self.statistics: list[Any] = []
 
     def __call__(self, module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
         import torch
@@ -68,13 +72,16 @@ class WindowScoreRecorder:
         scaling = kwargs.get("scaling") or q.shape[-1] ** -0.5
         logits = (q @ k.transpose(-1, -2)) * scaling  # (heads, w, n)
         future = torch.arange(n)[None, :] > torch.arange(n - w, n)[:, None]  # (w, n)
-        self.scores.append(torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1).sum(dim=(0, 1)))
+        weights = torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1)  # (heads, w, n)
+        self.scores.append(weights.sum(dim=(0, 1)))
+        self.statistics.append(weights[:, -self.statistics_window:, :].sum(dim=(0, 1)))
         return self.attention(module, query, key, value, attention_mask, **kwargs)
 
 
 def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = None,
             dominance: Optional[float] = None, key_positions: Optional[list[int]] = None,
-            segments: Optional[Any] = None, layers_by_segments: bool = True) -> dict[str, Any]:
+            segments: Optional[Any] = None, layers_by_segments: bool = True,
+            statistics_per_layer: Optional[list[Any]] = None) -> dict[str, Any]:
     """Statistics, transition scores, dominance and both pivots of one prompt.
 
     With ``key_positions``, also how many of them the skeleton (top 20% plus the window) holds at the
@@ -102,6 +109,9 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
         ``(n,)`` int64 :func:`sglang_pask.structkv.segment_ids` of the prompt's tokens.
     layers_by_segments : bool
         Whether each layer's own skeleton (``layer_key_tokens``) is chosen by ``segments``.
+    statistics_per_layer : list of Tensor, optional
+        ``num_layers`` tensors ``(n,)``: each layer's scores from the newest queries the pivot's
+        statistics read (:attr:`WindowScoreRecorder.statistics`); ``scores_per_layer`` when None.
     """
     import torch
 
@@ -120,14 +130,15 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
     )
     from sglang_pask.structkv.pivot import step_dominance
 
-    stats = torch.stack([layer_statistics(s) for s in scores_per_layer])
+    statistics_per_layer = statistics_per_layer or scores_per_layer
+    stats = torch.stack([layer_statistics(s) for s in statistics_per_layer])
     num_layers = len(scores_per_layer)
     pruning = PromptPruning(PivotConfig(), num_layers, scores_per_layer[0].numel(), ratio=0.2, window=window,
                             patience=DEFAULT_PATIENCE if patience is None else patience,
                             dominance=DEFAULT_DOMINANCE if dominance is None else dominance)
     online = None
-    for layer, scores in enumerate(scores_per_layer):
-        decision = pruning.observe(layer, scores)
+    for layer, (scores, statistics) in enumerate(zip(scores_per_layer, statistics_per_layer)):
+        decision = pruning.observe(layer, scores, statistics)
         if decision is not None:
             online = {"pivot": decision.pivot, "decided_at": decision.decided_at}
             break
@@ -220,26 +231,28 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from bench.long_context import build_items
     from sglang_pask.default_model import ensure_default_model
-    from sglang_pask.structkv import segment_end_table, segment_ids
+    from sglang_pask.structkv import DEFAULT_STATISTICS_WINDOW, segment_end_table, segment_ids
     from sglang_pask.structure import TokenVocab
 
     model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     vocab = TokenVocab.from_huggingface(tokenizer)
     segment_ends = segment_end_table(vocab.token_bytes, vocab.special_ids)
-    recorder = WindowScoreRecorder(ALL_ATTENTION_FUNCTIONS["sdpa"], args.window)
+    recorder = WindowScoreRecorder(ALL_ATTENTION_FUNCTIONS["sdpa"], args.window, DEFAULT_STATISTICS_WINDOW)
     ALL_ATTENTION_FUNCTIONS["sdpa"] = recorder
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, attn_implementation="sdpa").eval()
     rows = []
     for item in tqdm(build_items(tokenizer, args.tasks, args.lengths, args.items), desc="prompts", file=sys.stderr):
         ids = tokenizer(item.text, return_tensors="pt")["input_ids"]
         recorder.scores.clear()
+        recorder.statistics.clear()
         with torch.no_grad():
             model(ids)
         rows.append({"task": item.task, "length": item.length, "index": item.index, "tokens": ids.shape[1],
                      **profile(list(recorder.scores), args.window, args.patience, args.dominance,
                                key_positions(tokenizer, item.text, item.expected),
-                               segment_ids(segment_ends[ids[0]]), args.select == "segments")})
+                               segment_ids(segment_ends[ids[0]]), args.select == "segments",
+                               list(recorder.statistics))})
     for row in rows:
         online = row["online"] or {}
         print(f"{row['task']:>4} {row['tokens']:>5} tokens: offline pivot {row['offline_pivot']}, "

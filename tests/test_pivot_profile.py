@@ -61,7 +61,8 @@ def test_retrieval_onset_is_the_first_layer_whose_own_skeleton_holds_every_key_t
 
 def test_window_score_recorder_equals_eager_attention_maps():
     """The recorder's window scores equal eager attention's maps of the same (random, tiny) Qwen2
-    model, summed over heads and the last ``window`` queries; the model's output is unchanged."""
+    model, summed over heads and the last ``window`` queries, its statistics' scores the same over
+    the last ``statistics_window``; the model's output is unchanged."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
     from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
@@ -75,7 +76,7 @@ def test_window_score_recorder_equals_eager_attention_maps():
     with torch.no_grad():
         reference = eager(ids, output_attentions=True)
     original = ALL_ATTENTION_FUNCTIONS["sdpa"]
-    recorder = WindowScoreRecorder(original, window=6)
+    recorder = WindowScoreRecorder(original, window=6, statistics_window=2)
     ALL_ATTENTION_FUNCTIONS["sdpa"] = recorder
     try:
         sdpa = Qwen2ForCausalLM._from_config(config, attn_implementation="sdpa").eval()
@@ -84,9 +85,10 @@ def test_window_score_recorder_equals_eager_attention_maps():
             logits = sdpa(ids).logits
     finally:
         ALL_ATTENTION_FUNCTIONS["sdpa"] = original
-    assert len(recorder.scores) == 3
-    for recorded, attention in zip(recorder.scores, reference.attentions):
+    assert len(recorder.scores) == len(recorder.statistics) == 3
+    for recorded, statistics, attention in zip(recorder.scores, recorder.statistics, reference.attentions):
         torch.testing.assert_close(recorded, attention[0, :, -6:, :].sum(dim=(0, 1)), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(statistics, attention[0, :, -2:, :].sum(dim=(0, 1)), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(logits, reference.logits, rtol=1e-4, atol=1e-4)
 
 

@@ -127,8 +127,12 @@ class LayerGroupReads:
         if prune is not None:
             scored = min(new, prune.settings.score_window)
             window_q = query[:, new - scored:, :].movedim(0, 1).float()
-            per_head = sequence_window_scores(window_q, keys.movedim(0, 1).float(), layer.scaling)
-            prune.add_scores(index, layer.layer_id, positions, per_head.sum(dim=0))
+            keys_f = keys.movedim(0, 1).float()
+            per_head = sequence_window_scores(window_q, keys_f, layer.scaling)
+            counted = prune.statistics_queries(index, scored)
+            statistics = None if counted is None else \
+                sequence_window_scores(window_q[scored - counted:], keys_f, layer.scaling).sum(dim=0)
+            prune.add_scores(index, layer.layer_id, positions, per_head.sum(dim=0), statistics)
         if score:
             scored = self.views.score_queries(new)
             window_q = query[:, new - scored:, :].movedim(0, 1).float()

@@ -192,7 +192,18 @@ class StructKVPass:
             return None
         return request.computed + request.prefix_len
 
-    def add_scores(self, index: int, layer: int, positions: Tensor, scores: Tensor) -> None:
+    def statistics_queries(self, index: int, scored: int) -> Optional[int]:
+        """How many of the newest queries request ``index``'s pivot statistics read when ``scored``
+        queries score the prompt: None when they read those scores themselves (a fixed pivot, a
+        decision already taken, or a window no longer than the statistics')."""
+        pivot = self.settings.pivot
+        if not pivot.needs_statistics or self.requests[index].decision is not None \
+                or scored <= pivot.statistics_window:
+            return None
+        return pivot.statistics_window
+
+    def add_scores(self, index: int, layer: int, positions: Tensor, scores: Tensor,
+                   statistics_scores: Optional[Tensor] = None) -> None:
         """One layer's window scores of request ``index``.
 
         Parameters
@@ -201,16 +212,27 @@ class StructKVPass:
             ``(k,)`` int64 absolute positions the layer read (cached prefix and fresh tokens).
         scores : Tensor
             ``(k,)`` float: attention the last-window queries paid to them, summed over heads.
+        statistics_scores : Tensor, optional
+            ``(k,)`` float: the same from the newest :meth:`statistics_queries` queries, when that
+            is not None.
         """
         request = self.requests[index]
         fresh = positions >= request.prefix_len
-        dense = torch.zeros(request.length, dtype=torch.float32, device=scores.device)
-        dense[positions[fresh] - request.prefix_len] = scores[fresh].float()
+        dense = self._dense(request, positions, fresh, scores)
         group = self.layer_groups[layer]
         found = request.group_scores.get(group)
         request.group_scores[group] = dense if found is None else found + dense
         if request.computes_all(layer) and request.decision is None:
-            request.pruning.observe(layer, dense)
+            statistics = None if statistics_scores is None else self._dense(request, positions, fresh, statistics_scores)
+            request.pruning.observe(layer, dense, statistics)
+
+    @staticmethod
+    def _dense(request: RequestPrune, positions: Tensor, fresh: Tensor, scores: Tensor) -> Tensor:
+        """``(n,)`` float32: ``scores`` ``(k,)`` of the fresh ones among ``positions`` at their local
+        places."""
+        dense = torch.zeros(request.length, dtype=torch.float32, device=scores.device)
+        dense[positions[fresh] - request.prefix_len] = scores[fresh].float()
+        return dense
 
     def after_layer(self, layer: int) -> list[int]:
         """The requests whose decision was taken at ``layer`` (they shrink from the next layer on)."""

@@ -5,8 +5,9 @@ For one prompt of ``n`` tokens in a model of ``num_layers`` layers, the prefill 
 
 1. ``acc = CentralityAccumulator(config.centrality_decay, first_layer)`` (``first_layer``: where the
    pivot search starts, :mod:`.prefill`); per layer ``l`` while the whole prompt runs:
-   ``acc.add(S^(l))``, and when ``config.needs_statistics``, ``layer_statistics(S^(l),
-   config.topk_ratio)`` (stacked into ``(m, 3)``).
+   ``acc.add(S^(l))``, and when ``config.needs_statistics``, ``layer_statistics(S8^(l),
+   config.topk_ratio)`` (stacked into ``(m, 3)``; ``S8``: the scores of only the newest
+   ``config.statistics_window`` queries, 8 by default).
 2. ``pivot = config.pivot_layer(num_layers, stats)`` (:class:`PivotConfig`).
 3. ``skeleton = select_skeleton(acc.centrality(pivot), R_struct, window)``: the positions the layers
    after the pivot compute on (or, with ``config.restart_prefill``, every layer from 0). Online, a
@@ -23,6 +24,7 @@ whole sentences and lines), :mod:`.prefill`.
 
 from .centrality import CentralityAccumulator
 from .pivot import (
+    DEFAULT_STATISTICS_WINDOW,
     DEFAULT_WEIGHTS,
     PivotConfig,
     detect_pivot,
@@ -39,6 +41,7 @@ from .skeleton import select_kv, select_skeleton, top_count
 __all__ = [
     "DEFAULT_DOMINANCE",
     "DEFAULT_PATIENCE",
+    "DEFAULT_STATISTICS_WINDOW",
     "DEFAULT_WEIGHTS",
     "CentralityAccumulator",
     "PivotConfig",

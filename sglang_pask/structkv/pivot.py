@@ -38,6 +38,12 @@ from sglang_pask.policy.budget import check_fraction
 
 # (entropy, top-k mass, variance): the paper's weights of grad(-H), grad(rho), grad(V).
 DEFAULT_WEIGHTS: tuple[float, float, float] = (0.2, 0.3, 0.5)
+# The newest queries whose attention the statistics read: the paper's window, on which the online
+# rule's dominance threshold was calibrated (:mod:`.prefill`). The skeleton's observation window
+# (--structkv-window) may be longer; over 32 queries the default model's steps between layers blur,
+# and on RULER's noise prompts the decision came 3 to 7 layers late
+# (bench/results/structkv_segments_2026-12-03.md).
+DEFAULT_STATISTICS_WINDOW = 8
 # Keeps p finite when a row of scores sums to 0.
 _TINY = 1e-30
 # Absorbs float error in ratio * n (0.29 * 100 == 28.999999999999996).
@@ -229,12 +235,15 @@ class PivotConfig:
         Weights of grad(-H), grad(rho), grad(V); non-negative, not all 0.
     topk_ratio : float
         In (0, 1]: the share of tokens the top-k mass counts (:func:`layer_statistics`).
+    statistics_window : int
+        The newest queries whose attention the statistics read (at most the observation window);
+        at least 1.
 
     Raises
     ------
     ValueError
         On a negative or non-integer pivot other than ``"auto"``, ``gemfilter`` without a fixed
-        pivot, or weights, decay or ratio out of range.
+        pivot, or weights, decay, ratio or statistics window out of range.
     """
 
     pivot: Literal["auto"] | int = "auto"
@@ -242,6 +251,7 @@ class PivotConfig:
     decay: float = 0.9
     weights: tuple[float, float, float] = DEFAULT_WEIGHTS
     topk_ratio: float = 0.2
+    statistics_window: int = DEFAULT_STATISTICS_WINDOW
 
     def __post_init__(self) -> None:
         if self.pivot != "auto" and (isinstance(self.pivot, bool) or not isinstance(self.pivot, int) or self.pivot < 0):
@@ -260,6 +270,9 @@ class PivotConfig:
                 f"not all 0, got {self.weights!r}"
             )
         check_fraction(self.topk_ratio, "top-k ratio")
+        if isinstance(self.statistics_window, bool) or not isinstance(self.statistics_window, int) \
+                or self.statistics_window < 1:
+            raise ValueError(f"the pivot's statistics window must be at least 1 query, got {self.statistics_window!r}")
 
     @property
     def needs_statistics(self) -> bool:

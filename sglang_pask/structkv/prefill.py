@@ -24,7 +24,7 @@ prompt):
 
   The defaults come from the default model (Qwen2.5-Coder-0.5B, 24 layers, search from layer 8) on
   32 NIAH and variable-tracking prompts of 1K to 8K tokens (``python -m bench.pivot_profile``,
-  ``tests/structkv/data/default_model_pivot_stats.json``): every prompt has its offline pivot
+  ``tests/structkv/data/default_model_pivot_stats.json``, window 8): every prompt has its offline pivot
   (``argmax T + 1`` over all layers) at 11; online, the step into layer 11 stands out by 1.5 to 2.3
   median steps and every earlier step of the range by at most 1.14, so ``dominance`` 1.3 settles
   all 32 on 11 right after layer 11. (The previous ``patience`` 3 settled them after layer 14, and
@@ -33,6 +33,12 @@ prompt):
   prompts that draw a new noise scale per layer (``tests/structkv``), patience 0 takes a noise step
   before the planted one on about half of them, patience 3 on none; pass ``patience`` for such
   models.
+
+  The statistics read the attention of only the newest ``PivotConfig.statistics_window`` queries
+  (8, the window those figures were measured with), whatever the skeleton's observation window:
+  with all 32 queries of the default ``--structkv-window`` the steps blur, and on 20 noise-haystack
+  prompts of 2K and 4K the decision came after layers 12 to 18 instead of 11
+  (``bench/results/structkv_segments_2026-12-03.md``).
 
   Why the range starts at a third of the layers: attention also narrows sharply from layer 1 to 2
   on the default model (entropy 5.2 to 4.6 nats). Searched from layer 1, that early step looks like
@@ -175,7 +181,7 @@ class PromptPruning:
         self._stats: list[Tensor] = []
         self.decision: Optional[PruneDecision] = None
 
-    def observe(self, layer: int, scores: Tensor) -> Optional[PruneDecision]:
+    def observe(self, layer: int, scores: Tensor, statistics_scores: Optional[Tensor] = None) -> Optional[PruneDecision]:
         """Fold in the window scores of ``layer`` (run on the whole part) and decide if it is time.
 
         Parameters
@@ -185,6 +191,10 @@ class PromptPruning:
         scores : Tensor
             ``(length,)`` float: attention the last-window queries paid to each token, summed over
             heads.
+        statistics_scores : Tensor, optional
+            ``(length,)`` float: the same from only the newest ``config.statistics_window`` queries,
+            which the auto pivot's statistics read; None when the window is no longer than that
+            (``scores`` are then read).
 
         Returns
         -------
@@ -199,11 +209,14 @@ class PromptPruning:
         if self.decision is not None or layer != self.centrality.num_layers:
             raise ValueError(f"layer {layer} observed out of order ({self.centrality.num_layers} layers seen, "
                              f"decided: {self.decision is not None})")
-        if scores.shape != (self.length,):
-            raise ValueError(f"layer scores must be ({self.length},), got {tuple(scores.shape)}")
+        if scores.shape != (self.length,) or (statistics_scores is not None
+                                              and statistics_scores.shape != (self.length,)):
+            raise ValueError(f"layer scores must be ({self.length},), got {tuple(scores.shape)}"
+                             + ("" if statistics_scores is None else f" and {tuple(statistics_scores.shape)}"))
         self.centrality.add(scores)
         if self.config.needs_statistics:
-            self._stats.append(layer_statistics(scores, self.config.topk_ratio))
+            read = scores if statistics_scores is None else statistics_scores
+            self._stats.append(layer_statistics(read, self.config.topk_ratio))
         pivot = self._settled_pivot(layer)
         if pivot is None:
             return None

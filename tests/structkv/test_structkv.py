@@ -355,6 +355,43 @@ def test_prompt_pruning_settles_a_planted_pivot_online(seed):
         fixed.observe(4, layers[4].sum(dim=0))
 
 
+def test_auto_pivot_reads_the_statistics_scores_and_the_skeleton_the_window_scores(seed):
+    """Given ``statistics_scores`` (the newest 8 queries' scores), the auto pivot's statistics read
+    them and the centrality reads ``scores`` (the whole observation window's): with the planted
+    phase change only in the statistics' scores, the pivot is the planted one on at least 18 of 20
+    fresh prompts (the other scores, all diffuse, have other statistics) and the skeleton is the
+    centrality's of the other scores."""
+    from sglang_pask.structkv import PromptPruning
+
+    num_layers, n, last_diffuse = 12, 200, 4
+    found = 0
+    for offset in range(20):
+        gen = torch.Generator().manual_seed(seed + offset)
+        planted, _ = planted_layers(gen, num_layers, last_diffuse, n)
+        flat, _ = planted_layers(gen, num_layers, num_layers, n)
+        pruning = PromptPruning(PivotConfig(), num_layers, n, ratio=0.2, window=8, patience=2, kernel_size=1)
+        centrality = CentralityAccumulator(0.9, pruning.min_pivot)
+        decision = None
+        for layer in range(num_layers):
+            centrality.add(flat[layer].sum(dim=0))
+            decision = pruning.observe(layer, flat[layer].sum(dim=0), planted[layer].sum(dim=0))
+            if decision is not None:
+                break
+        assert decision is not None
+        assert torch.equal(decision.skeleton, select_skeleton(centrality.centrality(decision.decided_at), 0.2, 8))
+        found += decision.pivot == last_diffuse + 1
+    assert found >= 18, f"seed={seed}: planted pivot settled on {found} of 20"
+    flat_stats = torch.stack([layer_statistics(scores.sum(dim=0)) for scores in flat])
+    planted_stats = torch.stack([layer_statistics(scores.sum(dim=0)) for scores in planted])
+    assert not torch.allclose(flat_stats, planted_stats, rtol=0.05)
+    pruning = PromptPruning(PivotConfig(), num_layers, n, ratio=0.2, window=8)
+    with pytest.raises(ValueError, match=r"must be \(200,\), got \(200,\) and \(199,\)"):
+        pruning.observe(0, flat[0].sum(dim=0), planted[0].sum(dim=0)[:199])
+    for window in (0, -1, 2.0, True):
+        with pytest.raises(ValueError, match="statistics window must be at least 1"):
+            PivotConfig(statistics_window=window)  # type: ignore[arg-type]
+
+
 def test_skeleton_pooling_keeps_a_high_tokens_neighbours(seed):
     """The centrality is max-pooled over 7 positions before the skeleton's top-k: a single
     high-scoring token brings the 3 tokens on each side; with ``kernel_size=1`` it comes alone."""
