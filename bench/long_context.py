@@ -259,9 +259,28 @@ def start_server(mode: str, model_path: str, args: argparse.Namespace, log_dir: 
     return ServerProcess(flags, log_dir / f"{mode}.log").wait_ready(timeout_s=900)
 
 
-def outcome(mode: str, item: Item, url: str) -> Outcome:
-    """Ask ``item`` on the server at ``url`` and score the answer."""
-    answer, ttft, report = ask(url, item)
+class ServerLost(RuntimeError):
+    """A mode's server stopped answering in the middle of the run."""
+
+
+def outcome(mode: str, item: Item, server: Any) -> Outcome:
+    """Ask ``item`` on ``server`` (a :class:`~sglang_pask.server_process.ServerProcess`) and score the
+    answer.
+
+    Raises
+    ------
+    ServerLost
+        If the request fails (the server died, e.g. killed for memory): names the mode and quotes the
+        end of its log.
+    """
+    try:
+        answer, ttft, report = ask(server.url, item)
+    except requests.RequestException as err:
+        raise ServerLost(
+            f"the {mode} server stopped answering ({type(err).__name__}: {err}); its log ended:\n"
+            f"{server.log_tail(10)}\nIf the machine ran out of memory (dmesg names the killed "
+            f"sglang::scheduler), run fewer modes at once (--interleave starts all of them) or lower "
+            f"--max-total-tokens in --server-args") from err
     return Outcome(mode, item.task, item.length, item.index, is_correct(item, answer), ttft, answer,
                    report.get("pivot"), report.get("decided_at"), report.get("skeleton_tokens"))
 
@@ -271,7 +290,7 @@ def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Names
     server = start_server(mode, model_path, args, log_dir)
     try:
         ask(server.url, items[0])  # warm-up (first-call allocations), not counted
-        return [outcome(mode, item, server.url) for item in tqdm(items, desc=mode, file=sys.stderr)]
+        return [outcome(mode, item, server) for item in tqdm(items, desc=mode, file=sys.stderr)]
     finally:
         server.stop()
 
@@ -291,7 +310,7 @@ def run_interleaved(modes: list[str], model_path: str, items: list[Item], args: 
         for item in tqdm(items, desc="+".join(modes), file=sys.stderr):
             for mode in modes:
                 servers[mode].resume()
-                outcomes.append(outcome(mode, item, servers[mode].url))
+                outcomes.append(outcome(mode, item, servers[mode]))
                 servers[mode].pause()
         return outcomes
     finally:
@@ -371,7 +390,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "\"--structkv-select tokens --structkv-window 8\" (default: none)")
     parser.add_argument("--interleave", action="store_true",
                         help="start every mode's server at once and send each prompt to every mode in turn, "
-                             "the others frozen (SIGSTOP) meanwhile (times comparable on a machine whose speed drifts; needs memory for all servers)")
+                             "the others frozen (SIGSTOP) meanwhile (times comparable on a machine whose speed drifts; needs memory for all servers: "
+                             "about 7.5 GB each for the default model in float32 with the default --server-args, "
+                             "so three on a 24 GB machine)")
     parser.add_argument("--json", type=output_file, default=None,
                         help="write results and run details to this JSON file")
     parser.add_argument("--markdown", type=output_file, default=None, help="write the table as Markdown to this file")
@@ -390,12 +411,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = build_items(tokenizer, args.tasks, args.lengths, args.items)
     outcomes: list[Outcome] = []
     modes = ["full"] + [m for m in args.modes if m != "full"] if "full" in args.modes else list(args.modes)
-    with tempfile.TemporaryDirectory(prefix="bench-long-context-") as log_dir:
-        if args.interleave:
-            outcomes = run_interleaved(modes, model_path, items, args, Path(log_dir))
-        for mode in [] if args.interleave else modes:
-            outcomes += run_mode(mode, model_path, items, args, Path(log_dir))
-            print(format_table(summarize(outcomes)), file=sys.stderr)
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-long-context-") as log_dir:
+            if args.interleave:
+                outcomes = run_interleaved(modes, model_path, items, args, Path(log_dir))
+            for mode in [] if args.interleave else modes:
+                outcomes += run_mode(mode, model_path, items, args, Path(log_dir))
+                print(format_table(summarize(outcomes)), file=sys.stderr)
+    except ServerLost as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     rows = summarize(outcomes)
     table = format_table(rows)
     print(table)

@@ -11,9 +11,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from transformers import AutoTokenizer
 
-from bench.long_context import (NOISE, Item, Outcome, ask, build_items, build_parser, essay_sentences, format_table,
-                                is_correct, summarize)
+from bench.long_context import (NOISE, Item, Outcome, ServerLost, ask, build_items, build_parser, essay_sentences,
+                                format_table, is_correct, outcome, summarize)
 from sglang_pask.default_model import ensure_default_model
+from sglang_pask.server_process import free_port
 
 
 def test_items_fit_their_length_and_hold_what_the_answer_must_name():
@@ -84,6 +85,21 @@ def test_ask_returns_the_answer_its_first_chunk_time_and_the_structkv_report(str
     url, report = streaming_stub
     text, ttft, got = ask(url, Item("niah", 512, 0, "prompt", ("1234567",)))
     assert text == "The number is 1234567." and ttft > 0 and got == report
+
+
+def test_a_server_that_stops_answering_is_named_with_the_end_of_its_log():
+    class DeadServer:
+        url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+
+        @staticmethod
+        def log_tail(lines: int = 30) -> str:
+            return "last line of the snapkv log"
+
+    with pytest.raises(ServerLost) as raised:
+        outcome("snapkv", Item("niah", 512, 0, "prompt", ("1234567",)), DeadServer())
+    message = str(raised.value)
+    assert "the snapkv server stopped answering" in message
+    assert "last line of the snapkv log" in message and "--max-total-tokens" in message
 
 
 def test_summary_compares_with_full_and_gives_the_median_pivot():
