@@ -285,34 +285,36 @@ def outcome(mode: str, item: Item, server: Any) -> Outcome:
                    report.get("pivot"), report.get("decided_at"), report.get("skeleton_tokens"))
 
 
-def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Namespace, log_dir: Path) -> list[Outcome]:
-    """Every item on one server of ``mode``."""
+def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Namespace, log_dir: Path,
+             outcomes: list[Outcome]) -> None:
+    """Every item on one server of ``mode``, each outcome appended to ``outcomes`` as it comes (so a
+    run that ends early keeps what it measured)."""
     server = start_server(mode, model_path, args, log_dir)
     try:
         ask(server.url, items[0])  # warm-up (first-call allocations), not counted
-        return [outcome(mode, item, server) for item in tqdm(items, desc=mode, file=sys.stderr)]
+        for item in tqdm(items, desc=mode, file=sys.stderr):
+            outcomes.append(outcome(mode, item, server))
     finally:
         server.stop()
 
 
 def run_interleaved(modes: list[str], model_path: str, items: list[Item], args: argparse.Namespace,
-                    log_dir: Path) -> list[Outcome]:
+                    log_dir: Path, outcomes: list[Outcome]) -> None:
     """Every mode's server up at once; each item goes to every mode in turn, so a machine whose
     speed drifts over minutes slows all modes alike. Only the server being asked runs: the others
-    are frozen (SIGSTOP) meanwhile, so their idle threads take no CPU from it."""
+    are frozen (SIGSTOP) meanwhile, so their idle threads take no CPU from it. Each outcome is
+    appended to ``outcomes`` as it comes."""
     servers: dict[str, Any] = {}
     try:
         for mode in modes:
             servers[mode] = start_server(mode, model_path, args, log_dir)
             ask(servers[mode].url, items[0])  # warm-up, not counted
             servers[mode].pause()
-        outcomes = []
         for item in tqdm(items, desc="+".join(modes), file=sys.stderr):
             for mode in modes:
                 servers[mode].resume()
                 outcomes.append(outcome(mode, item, servers[mode]))
                 servers[mode].pause()
-        return outcomes
     finally:
         for server in servers.values():
             server.stop()
@@ -411,33 +413,50 @@ def main(argv: Sequence[str] | None = None) -> int:
     items = build_items(tokenizer, args.tasks, args.lengths, args.items)
     outcomes: list[Outcome] = []
     modes = ["full"] + [m for m in args.modes if m != "full"] if "full" in args.modes else list(args.modes)
+    lost: Optional[ServerLost] = None
     try:
         with tempfile.TemporaryDirectory(prefix="bench-long-context-") as log_dir:
             if args.interleave:
-                outcomes = run_interleaved(modes, model_path, items, args, Path(log_dir))
+                run_interleaved(modes, model_path, items, args, Path(log_dir), outcomes)
             for mode in [] if args.interleave else modes:
-                outcomes += run_mode(mode, model_path, items, args, Path(log_dir))
+                run_mode(mode, model_path, items, args, Path(log_dir), outcomes)
                 print(format_table(summarize(outcomes)), file=sys.stderr)
     except ServerLost as err:
-        print(f"error: {err}", file=sys.stderr)
+        lost = err
+    if outcomes:
+        write_results(outcomes, args, header, model_path, None if lost is None else str(lost))
+    if lost is not None:
+        print(f"error: {lost}", file=sys.stderr)
+        if outcomes:
+            print(f"the {len(outcomes)} prompt(s) answered before that are in the table above "
+                  "(and in --json / --markdown, marked incomplete)", file=sys.stderr)
         return 1
+    return 0
+
+
+def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dict, model_path: str,
+                  error: Optional[str]) -> None:
+    """Print the table and write ``--markdown`` / ``--json``; ``error`` (a run that ended early) marks
+    them incomplete and says why."""
     rows = summarize(outcomes)
     table = format_table(rows)
     print(table)
+    note = "" if error is None else f"**Incomplete**: the run ended early: {error.splitlines()[0]}\n\n"
     if args.markdown:
-        Path(args.markdown).write_text(markdown_header("Long-context accuracy and prefill time", header)
+        Path(args.markdown).write_text(markdown_header("Long-context accuracy and prefill time", header) + note
                                        + format_table(rows, markdown=True) + "\n")
     if args.json:
         record = {
             **header,
             "model": model_path,
             "seed": SEED,
+            "complete": error is None,
+            **({} if error is None else {"error": error}),
             "summary": rows,
             "results": [asdict(o) for o in outcomes],
             "table": table,
         }
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
-    return 0
 
 
 if __name__ == "__main__":

@@ -127,3 +127,26 @@ def test_a_bad_structkv_pivot_is_refused_before_any_server_starts(bad, capsys):
     assert exit_info.value.code == 2
     assert "--structkv-pivot: must be 'auto' or a layer index >= 1" in capsys.readouterr().err
     assert build_parser().parse_args(["--structkv-pivot", "13"]).structkv_pivot == "13"
+
+
+def test_a_run_whose_server_dies_still_writes_what_it_measured(tmp_path, monkeypatch, capsys):
+    import bench.long_context as long_context
+
+    def full_then_lost(mode, model_path, items, args, log_dir, outcomes):
+        if mode != "full":
+            raise ServerLost(f"the {mode} server stopped answering (ConnectionError); its log ended:\nkilled")
+        outcomes.append(Outcome("full", items[0].task, items[0].length, 0, True, 2.0, "answer"))
+
+    monkeypatch.setattr(long_context, "run_mode", full_then_lost)
+    json_path, markdown_path = tmp_path / "run.json", tmp_path / "run.md"
+    code = long_context.main(["--model-path", str(ensure_default_model()), "--modes", "full", "snapkv",
+                              "--tasks", "niah", "--lengths", "512", "--items", "1",
+                              "--json", str(json_path), "--markdown", str(markdown_path)])
+    assert code == 1
+    assert "error: the snapkv server stopped answering" in capsys.readouterr().err
+    record = json.loads(json_path.read_text())
+    assert record["complete"] is False and "snapkv server stopped answering" in record["error"]
+    assert [(r["mode"], r["correct"]) for r in record["results"]] == [("full", True)]
+    markdown = markdown_path.read_text()
+    assert "**Incomplete**: the run ended early: the snapkv server stopped answering" in markdown
+    assert "| 512 | full | 1 |" in markdown
