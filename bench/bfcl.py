@@ -60,7 +60,7 @@ from sglang_pask.bfcl.report import (
 )
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
 from sglang_pask.cli_paths import output_file
-from sglang_pask.server_process import ServerProcess
+from sglang_pask.server_process import ServerProcess, ServerStartError
 
 from bench.common import exit_on_sigterm, git_commit
 
@@ -425,6 +425,7 @@ def _report_markdown(record: dict, configs: Sequence[ConfigResult]) -> str:
         f"- items: {record['n_items']} ({', '.join(record['categories'])}); grammar {record['grammar']}, "
         f"greedy, max tokens {record['max_tokens']}, concurrency {record['concurrency']}"
         f"{_RADIX_NOTE.get(record.get('radix_cache'), '')}",
+        *([f"- **incomplete**: {record['error'].splitlines()[0]}"] if record.get("error") else []),
         "",
         "Accuracy in % (correct/n) by BFCL's AST checker; average = unweighted mean over categories.",
         "",
@@ -479,6 +480,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     commit = git_commit()
     print(f"{len(items)} items, {len(grid)} configuration(s): {', '.join(f'{p}@{b:g}' for p, b in grid)}")
     configs: list[ConfigResult] = []
+    error: str | None = None
     if args.url is not None:
         configs.append(run_config(args.url.rstrip("/"), *grid[0], items, args))
     else:
@@ -491,6 +493,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             try:
                 server.wait_ready(timeout_s=args.server_timeout)
                 config = run_config(server.url, policy, budget, items, args)
+            except (ServerStartError, requests.RequestException) as exc:
+                error = _config_failure(policy, budget, exc, server)
+                break
             finally:
                 server.stop()
             config.server.update(
@@ -513,6 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "radix_cache": None if args.url is not None else (
             args.radix_cache and "--disable-radix-cache" not in shlex.split(args.server_args)),
         "n_items": len(items),
+        "complete": error is None,
+        **({} if error is None else {"error": error}),
         "configs": [
             {
                 "policy": c.policy,
@@ -528,8 +535,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    _render(record, configs, args)
+    if configs:
+        _render(record, configs, args)
+    if error is not None:
+        print(f"error: {error}", file=sys.stderr)
+        if configs:
+            print(f"the {len(configs)} configuration(s) finished before it are in the table above (and in --json / "
+                  "--markdown / --plot; the JSON says complete: false)", file=sys.stderr)
+        return 1
     return 0
+
+
+def _config_failure(policy: str, budget: float, exc: Exception, server: ServerProcess) -> str:
+    """What to tell the user when a configuration's server did not start or stopped answering."""
+    if isinstance(exc, ServerStartError):
+        return f"the {policy}@{budget:g} server did not start: {exc}"
+    return (f"the {policy}@{budget:g} run failed ({type(exc).__name__}: {exc}); the server's log ended:\n"
+            f"{server.log_tail(10)}")
 
 
 if __name__ == "__main__":

@@ -152,3 +152,42 @@ def test_servers_started_by_the_bench_run_without_the_radix_cache_unless_asked()
     assert "--disable-radix-cache" not in server_flags("", "pask", 0.2, radix_cache=True)
     # Given by the user already: not repeated.
     assert server_flags("--disable-radix-cache", "full", 1.0, radix_cache=False).count("--disable-radix-cache") == 1
+
+
+def test_a_configuration_whose_server_dies_ends_the_run_but_keeps_the_finished_ones(stub_server, tmp_path,
+                                                                                    monkeypatch, capsys):
+    import bench.bfcl as bfcl
+
+    url, _ = stub_server
+
+    class StubOrDeadServer:
+        """The first configuration's server is the stub; the second one's URL has nothing listening."""
+
+        started: list[list[str]] = []
+
+        def __init__(self, server_args, log_path, port=None):
+            self.started.append(server_args)
+            self.url = url if len(self.started) == 1 else "http://127.0.0.1:9"
+
+        def wait_ready(self, timeout_s=600.0):
+            return self
+
+        def stop(self):
+            pass
+
+        def log_tail(self, lines=30):
+            return "Killed (out of memory)"
+
+    monkeypatch.setattr(bfcl, "ServerProcess", StubOrDeadServer)
+    monkeypatch.setattr(bfcl, "served_model", lambda server_url: "stub-model")
+    out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
+    code = main(["--server-args", "", "--categories", *CATEGORIES, "--limit", "2", "--policies", "full", "snapkv",
+                 "--budgets", "0.5", "--json", str(out_json), "--markdown", str(out_md)])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "error: the snapkv@0.5 run failed (ConnectionError" in err and "Killed (out of memory)" in err
+    record = json.loads(out_json.read_text())
+    assert record["complete"] is False and "snapkv@0.5" in record["error"]
+    assert [c["policy"] for c in record["configs"]] == ["full"]
+    assert [r["valid"] for r in record["configs"][0]["items"]] == [True, False, True, False]
+    assert "- **incomplete**: the snapkv@0.5 run failed" in out_md.read_text()
