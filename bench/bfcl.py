@@ -62,7 +62,7 @@ from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_i
 from sglang_pask.cli_paths import output_file
 from sglang_pask.server_process import ServerProcess, ServerStartError
 
-from bench.common import exit_on_sigterm, git_commit
+from bench.common import exit_on_sigterm, git_commit, run_exit_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_POLICY = "full"
@@ -537,13 +537,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if configs:
         _render(record, configs, args)
-    if error is not None:
-        print(f"error: {error}", file=sys.stderr)
-        if configs:
-            print(f"the {len(configs)} configuration(s) finished before it are in the table above (and in --json / "
-                  "--markdown / --plot; the JSON says complete: false)", file=sys.stderr)
-        return 1
-    return 0
+    return run_exit_status(error, f"the {len(configs)} configuration(s) finished before it are in the table above "
+                                  "(and in --json / --markdown / --plot; the JSON says complete: false)" if configs else None)
 
 
 def _config_failure(policy: str, budget: float, exc: Exception, server: ServerProcess) -> str:

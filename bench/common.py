@@ -47,6 +47,17 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, raise_exit)
 
 
+def run_exit_status(error: str | None, kept: str | None) -> int:
+    """A run's exit status: 0 when it finished; otherwise print ``error`` and, when the run measured
+    something before it, ``kept`` (where that went), both to stderr, and return 1."""
+    if error is None:
+        return 0
+    print(f"error: {error}", file=sys.stderr)
+    if kept is not None:
+        print(kept, file=sys.stderr)
+    return 1
+
+
 def run_header(prog: str, argv: Sequence[str] | None) -> dict[str, Any]:
     """The header of a result file: the command as typed (``prog`` plus ``argv``, or the process's
     arguments when ``argv`` is None), the UTC date, the machine and :func:`git_commit`."""

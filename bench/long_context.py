@@ -68,7 +68,7 @@ from typing import Any, Optional, Sequence
 import requests
 from tqdm import tqdm
 
-from bench.common import exit_on_sigterm, markdown_header, run_header
+from bench.common import exit_on_sigterm, markdown_header, run_exit_status, run_header
 from sglang_pask.cli_paths import output_file
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
@@ -425,13 +425,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         lost = err
     if outcomes:
         write_results(outcomes, args, header, model_path, None if lost is None else str(lost))
-    if lost is not None:
-        print(f"error: {lost}", file=sys.stderr)
-        if outcomes:
-            print(f"the {len(outcomes)} prompt(s) answered before that are in the table above "
-                  "(and in --json / --markdown, marked incomplete)", file=sys.stderr)
-        return 1
-    return 0
+    return run_exit_status(None if lost is None else str(lost),
+                           f"the {len(outcomes)} prompt(s) answered before that are in the table above "
+                           "(and in --json / --markdown, marked incomplete)" if outcomes else None)
 
 
 def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dict, model_path: str,
