@@ -9,9 +9,10 @@ earlier item that first computed the shared system prompt): greedy, the answer c
 call list over the item's functions (``--grammar``: EBNF by default; the equivalent regex costs
 xgrammar 11 s to compile for a one-function item and 450 s for a 37-function one with the default
 model's 151k-token vocabulary on the 2-core CPU, EBNF 0.1-0.3 s), many requests in flight so that
-the server batches them. BFCL's own AST checker scores every answer. Prints a table per configuration, and
-writes the JSON (``--json``), a markdown report (``--markdown``) and a PNG of average accuracy
-against budget (``--plot``).
+the server batches them. BFCL's own AST checker scores every answer. Prints a table per configuration
+and, against ``--compare-to`` (full KV by default), each configuration's difference in points with its
+95% paired bootstrap interval over the items; writes the JSON (``--json``), a markdown report
+(``--markdown``) and a PNG of average accuracy against budget (``--plot``).
 
 Policy ``full`` keeps every token, so it runs once (budget 1.0) whatever ``--budgets`` says, and is
 plotted as a reference line.
@@ -55,6 +56,7 @@ from sglang_pask.bfcl.report import (
     ConfigResult,
     ItemResult,
     configs_from_record,
+    format_differences,
     format_table,
     plot_accuracy_vs_budget,
 )
@@ -342,7 +344,49 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=output_file, help="write all results here")
     p.add_argument("--markdown", type=output_file, help="write a markdown report here")
     p.add_argument("--plot", type=output_file, help="write the accuracy-vs-budget PNG here")
+    p.add_argument("--compare-to", nargs="+", metavar="POLICY@BUDGET",
+                   help="configurations (e.g. full@1 streaming-llm@0.28) that every configuration is compared "
+                        "with: the difference of the averages in points and its 95%% interval by a paired, "
+                        "per-category bootstrap over the items (default: full@1 when it ran)")
     return p
+
+
+def parse_config_label(word: str) -> tuple[str, float]:
+    """``"snapkv@0.28"`` -> ``("snapkv", 0.28)``.
+
+    Raises
+    ------
+    ValueError
+        If ``word`` is not ``POLICY@BUDGET`` with a number for the budget.
+    """
+    policy, at, budget = word.rpartition("@")
+    try:
+        if not policy or not at:
+            raise ValueError
+        return policy, float(budget)
+    except ValueError:
+        raise ValueError(f"--compare-to: {word!r} is not POLICY@BUDGET (e.g. full@1, snapkv@0.28)") from None
+
+
+def comparison_references(configs: Sequence[ConfigResult], labels: Sequence[str] | None) -> list[ConfigResult]:
+    """The configurations named by ``--compare-to`` (``None``: ``full`` when it is among ``configs``).
+
+    Raises
+    ------
+    ValueError
+        If a label is malformed or names no configuration of ``configs``.
+    """
+    if labels is None:
+        return [c for c in configs if c.policy == FULL_POLICY][:1]
+    references = []
+    for word in labels:
+        policy, budget = parse_config_label(word)
+        found = [c for c in configs if c.policy == policy and abs(c.budget - budget) < 1e-9]
+        if not found:
+            raise ValueError(f"--compare-to: {word} is not among the configurations "
+                             f"({', '.join(c.label for c in configs)})")
+        references.append(found[0])
+    return references
 
 
 def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
@@ -359,6 +403,8 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
         raise ValueError("give --url (a running server), --server-args (start servers) or --from-json")
     if args.url is not None and len(configurations(policies, budgets)) != 1:
         raise ValueError("with --url the server has one configuration: give one policy and one budget")
+    if args.compare_to is not None:
+        comparison_references([ConfigResult(p, b) for p, b in configurations(policies, budgets)], args.compare_to)
     return policies, budgets
 
 
@@ -417,7 +463,19 @@ def _run_lines(record: dict) -> list[str]:
 _RADIX_NOTE = {True: ", radix cache on", False: ", radix cache off"}
 
 
-def _report_markdown(record: dict, configs: Sequence[ConfigResult]) -> str:
+# Coverage of the --compare-to intervals.
+COMPARISON_LEVEL = 0.95
+
+
+def _differences_lines(configs: Sequence[ConfigResult], references: Sequence[ConfigResult]) -> list[str]:
+    """The --compare-to table under its heading, then a blank line; nothing when there is nothing to compare."""
+    if not references or len(configs) < 2:
+        return []
+    return [f"Difference of the averages in points, [{COMPARISON_LEVEL:.0%} interval] by a paired bootstrap "
+            "that redraws each category's items:", "", format_differences(configs, references, COMPARISON_LEVEL), ""]
+
+
+def _report_markdown(record: dict, configs: Sequence[ConfigResult], references: Sequence[ConfigResult]) -> str:
     lines = [
         f"# BFCL AST accuracy ({record['date']})",
         "",
@@ -431,6 +489,7 @@ def _report_markdown(record: dict, configs: Sequence[ConfigResult]) -> str:
         "",
         format_table(configs),
         "",
+        *_differences_lines(configs, references),
         "| config | wall s | mean latency s | mean prompt tokens | mean answer tokens |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -445,8 +504,16 @@ def _report_markdown(record: dict, configs: Sequence[ConfigResult]) -> str:
 
 def _render(record: dict, configs: Sequence[ConfigResult], args: argparse.Namespace) -> None:
     print(format_table(configs))
+    try:
+        references = comparison_references(configs, args.compare_to)
+    except ValueError as exc:  # a reference whose run failed: say so, report the rest
+        print(exc)
+        references = []
+    differences = _differences_lines(configs, references)
+    if differences:
+        print("\n" + "\n".join(differences).rstrip())
     if args.markdown:
-        Path(args.markdown).write_text(_report_markdown(record, configs), encoding="utf-8")
+        Path(args.markdown).write_text(_report_markdown(record, configs, references), encoding="utf-8")
     if args.plot:
         plot_accuracy_vs_budget(configs, args.plot)
 
@@ -466,6 +533,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             record = merge_records(records)
         except ValueError as exc:
             parser.error(f"--from-json: {exc}")
+        try:
+            comparison_references(configs_from_record(record), args.compare_to)
+        except ValueError as exc:
+            parser.error(str(exc))
         if args.json:
             Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
         _render(record, configs_from_record(record), args)

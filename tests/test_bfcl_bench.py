@@ -100,8 +100,8 @@ def test_bench_scores_writes_json_markdown_and_plot(stub_server, tmp_path, capsy
     assert again_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path):
-    url, _ = stub_server
+def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path, capsys):
+    url, requests_seen = stub_server
     common = ["--url", url, "--categories", *CATEGORIES, "--limit", "2"]
     full, snapkv, fewer = tmp_path / "full.json", tmp_path / "snapkv.json", tmp_path / "fewer.json"
     assert main([*common, "--json", str(full)]) == 0
@@ -110,6 +110,21 @@ def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path):
     assert main(["--from-json", str(full), str(snapkv), "--markdown", str(merged_md), "--json", str(merged_json)]) == 0
     markdown = merged_md.read_text()
     assert "full@1" in markdown and "snapkv@0.33" in markdown and "2 runs over the same items" in markdown
+    # Full KV is the default reference of the paired differences; the stub answers alike under both.
+    assert "| config | minus full@1 |" in markdown and "| snapkv@0.33 | +0.0 [+0.0, +0.0] |" in markdown
+    assert main(["--from-json", str(full), str(snapkv), "--compare-to", "full@1.0", "snapkv@0.33",
+                 "--markdown", str(merged_md)]) == 0
+    assert "| config | minus full@1 | minus snapkv@0.33 |" in merged_md.read_text()
+    for wrong in ("pask@0.33", "full"):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--from-json", str(full), str(snapkv), "--compare-to", wrong])
+        assert exit_info.value.code == 2
+    assert "--compare-to" in capsys.readouterr().err
+    # A reference outside the configurations to run is refused before any request is sent.
+    sent = len(requests_seen)
+    with pytest.raises(SystemExit) as exit_info:
+        main([*common, "--compare-to", "snapkv@0.33"])
+    assert exit_info.value.code == 2 and len(requests_seen) == sent
     record = json.loads(merged_json.read_text())
     assert [(c["policy"], c["budget"]) for c in record["configs"]] == [("full", 1.0), ("snapkv", 0.33)]
     assert len(record["runs"]) == 2
