@@ -1,4 +1,5 @@
-"""What every benchmark here shares: the commit a result came from, a result's header, and timing helpers.
+"""What every benchmark here shares: the commit a result came from, a result's header, timing helpers
+and the exact test of two methods answering the same items.
 
 Standard library only at import (torch is imported where a timing needs it), so the kernel
 benchmarks still run from a bare checkout on a machine without this package installed.
@@ -7,6 +8,7 @@ benchmarks still run from a bare checkout on a machine without this package inst
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import shlex
@@ -154,3 +156,25 @@ def kernel_run_meta(device: Any, repeats: int, options: dict[str, Any]) -> dict[
 def optional_cell(value: float | None, spec: str) -> str:
     """A table cell: ``value`` formatted by ``spec``, or ``-`` where it was not measured."""
     return "-" if value is None else format(value, spec)
+
+
+def exact_mcnemar_p(only_first: int, only_second: int) -> float:
+    """Two-sided exact McNemar (sign) test of two methods run on the same items.
+
+    Parameters
+    ----------
+    only_first, only_second : int
+        Items only the first method got right, and items only the second did (the items both or
+        neither got right carry no evidence either way).
+
+    Returns
+    -------
+    float
+        The probability, were both methods equally good, of a split at least this lopsided:
+        1.0 when they never disagree.
+    """
+    if only_first < 0 or only_second < 0:
+        raise ValueError(f"counts must be >= 0, got {only_first} and {only_second}")
+    disagreements = only_first + only_second
+    tail = sum(math.comb(disagreements, k) for k in range(min(only_first, only_second) + 1))
+    return min(1.0, 2.0 * tail / 2.0**disagreements)

@@ -41,7 +41,9 @@ selection compares against another on the same prompts.
 Prints a table (accuracy and median TTFT per mode and length, ratios against ``full`` of the same
 run, and for the StructKV modes the median pivot layer and the layer after which the rows shrank,
 from each response's ``meta_info.kv_stats.structkv``); ``--json`` writes it with the per-item results, command, date, machine and commit;
-``--markdown`` writes the table as Markdown.
+``--markdown`` writes the table as Markdown. Under the table, prompt by prompt: how many prompts only
+one of two modes answered right (each mode against full KV, StructKV against the fixed pivot) and
+the exact McNemar test of that split, since a few prompts either way are within the luck of the draw.
 
 Example::
 
@@ -68,7 +70,7 @@ from typing import Any, Optional, Sequence
 import requests
 from tqdm import tqdm
 
-from bench.common import exit_on_sigterm, markdown_header, run_exit_status, run_header
+from bench.common import exact_mcnemar_p, exit_on_sigterm, markdown_header, run_exit_status, run_header
 from sglang_pask.cli_paths import output_file
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
@@ -86,6 +88,7 @@ NEEDLES = 4
 KEY_WORDS = ("alpha", "river", "stone", "cloud", "ember", "maple", "silver", "harbor", "quiet", "falcon", "copper",
              "meadow", "violet", "thunder", "cedar", "lantern", "frost", "orchid", "canyon", "velvet")
 ANSWER_TOKENS = {"niah": 40, "vt": 40, "niah-mk": 40, "niah-mv": 64}
+PAIRED_TITLE = "Prompt by prompt, where two modes' answers differ (a small p: more than the luck of the prompts drawn)"
 
 
 @dataclass(frozen=True)
@@ -363,6 +366,56 @@ def format_table(rows: list[dict], markdown: bool = False) -> str:
     return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [header, *body])
 
 
+def _comparison_pairs(modes: set[str]) -> list[tuple[str, str]]:
+    """(mode, reference): every mode against full KV, and StructKV against the fixed pivot."""
+    pairs = [(m, "full") for m in MODES if m != "full" and m in modes and "full" in modes]
+    if {"structkv", "fixed-pivot"} <= modes:
+        pairs.append(("structkv", "fixed-pivot"))
+    return pairs
+
+
+def paired_comparisons(outcomes: list[Outcome]) -> list[dict]:
+    """Prompt by prompt, where two modes' answers differ: per length (and over all lengths when
+    there are several), each mode against full KV and StructKV against the fixed pivot.
+
+    Returns
+    -------
+    list of dict
+        ``length`` (an int, or ``"all"``), ``mode``, ``reference``, ``prompts`` (answered by both),
+        ``only_mode`` and ``only_reference`` (prompts only that one got right) and ``p``, the exact
+        two-sided McNemar test (:func:`bench.common.exact_mcnemar_p`): a small ``p`` says the
+        difference is more than the luck of which prompts were drawn.
+    """
+    verdicts = {(o.mode, o.task, o.length, o.index): o.correct for o in outcomes}
+    lengths = sorted({o.length for o in outcomes})
+    scopes: list[tuple[Any, list[int]]] = [(n, [n]) for n in lengths] + ([("all", lengths)] if len(lengths) > 1 else [])
+    rows = []
+    for scope, of_lengths in scopes:
+        for mode, reference in _comparison_pairs({o.mode for o in outcomes}):
+            prompts = [(t, n, i) for m, t, n, i in verdicts
+                       if m == mode and n in of_lengths and (reference, t, n, i) in verdicts]
+            if not prompts:
+                continue
+            only_mode = sum(verdicts[(mode, *k)] and not verdicts[(reference, *k)] for k in prompts)
+            only_reference = sum(verdicts[(reference, *k)] and not verdicts[(mode, *k)] for k in prompts)
+            rows.append({"length": scope, "mode": mode, "reference": reference, "prompts": len(prompts),
+                         "only_mode": only_mode, "only_reference": only_reference,
+                         "p": exact_mcnemar_p(only_mode, only_reference)})
+    return rows
+
+
+def format_paired(rows: list[dict], markdown: bool = False) -> str:
+    """The :func:`paired_comparisons` table, plain or Markdown."""
+    header = ["length", "mode", "against", "prompts", "only mode right", "only against right", "exact McNemar p"]
+    body = [[str(r["length"]), r["mode"], r["reference"], str(r["prompts"]), str(r["only_mode"]),
+             str(r["only_reference"]), f"{r['p']:.3f}"] for r in rows]
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
+    widths = [max(len(x) for x in column) for column in zip(header, *body)]
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [header, *body])
+
+
 def pivot_arg(text: str) -> str:
     """``auto`` or a layer index >= 1, checked before any server starts."""
     if text != "auto" and not (text.isdigit() and int(text) >= 1):
@@ -435,12 +488,16 @@ def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dic
     """Print the table and write ``--markdown`` / ``--json``; ``error`` (a run that ended early) marks
     them incomplete and says why."""
     rows = summarize(outcomes)
+    paired = paired_comparisons(outcomes)
     table = format_table(rows)
     print(table)
+    if paired:
+        print(f"\n{PAIRED_TITLE}:\n{format_paired(paired)}")
     note = "" if error is None else f"**Incomplete**: the run ended early: {error.splitlines()[0]}\n\n"
     if args.markdown:
+        paired_md = f"\n\n{PAIRED_TITLE}:\n\n{format_paired(paired, markdown=True)}" if paired else ""
         Path(args.markdown).write_text(markdown_header("Long-context accuracy and prefill time", header) + note
-                                       + format_table(rows, markdown=True) + "\n")
+                                       + format_table(rows, markdown=True) + paired_md + "\n")
     if args.json:
         record = {
             **header,
@@ -449,6 +506,7 @@ def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dic
             "complete": error is None,
             **({} if error is None else {"error": error}),
             "summary": rows,
+            "paired": paired,
             "results": [asdict(o) for o in outcomes],
             "table": table,
         }

@@ -1,5 +1,5 @@
 """``bench/long_context.py``: the generated prompts, the streamed answer with its StructKV report, and the
-summary (accuracy, TTFT ratios, median pivot) on outcomes written by hand."""
+summary (accuracy, TTFT ratios, median pivot) and prompt-by-prompt comparison on outcomes written by hand."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from transformers import AutoTokenizer
 
+from bench.common import exact_mcnemar_p
 from bench.long_context import (NOISE, Item, Outcome, ServerLost, ask, build_items, build_parser, essay_sentences,
-                                format_table, is_correct, outcome, summarize)
+                                format_paired, format_table, is_correct, outcome, paired_comparisons, summarize)
 from sglang_pask.default_model import ensure_default_model
 from sglang_pask.server_process import free_port
 
@@ -150,3 +151,55 @@ def test_a_run_whose_server_dies_still_writes_what_it_measured(tmp_path, monkeyp
     markdown = markdown_path.read_text()
     assert "**Incomplete**: the run ended early: the snapkv server stopped answering" in markdown
     assert "| 512 | full | 1 |" in markdown
+
+
+@pytest.mark.parametrize("only_first, only_second, p", [
+    (0, 0, 1.0), (4, 0, 0.125), (0, 5, 0.0625), (6, 0, 0.03125), (3, 1, 0.625), (7, 3, 0.34375), (5, 5, 1.0)])
+def test_exact_mcnemar_is_the_two_sided_sign_test_on_the_disagreements(only_first, only_second, p):
+    assert exact_mcnemar_p(only_first, only_second) == pytest.approx(p)
+
+
+def test_exact_mcnemar_refuses_negative_counts():
+    with pytest.raises(ValueError, match="counts must be >= 0"):
+        exact_mcnemar_p(-1, 2)
+
+
+def test_paired_comparisons_count_the_prompts_only_one_mode_answered_right():
+    right = {  # (mode, length): verdicts on prompts 0..5 of one task
+        ("full", 2048): [1, 1, 1, 1, 0, 0], ("structkv", 2048): [1, 1, 0, 1, 1, 0], ("fixed-pivot", 2048): [1, 0, 0, 0, 0, 0],
+        ("full", 4096): [1, 1, 1, 1, 1, 1], ("structkv", 4096): [1, 1, 1, 1, 1, 1], ("fixed-pivot", 4096): [1, 1, 1, 1, 1],
+    }
+    outcomes = [Outcome(mode, "niah", length, i, bool(v), 1.0, "")
+                for (mode, length), verdicts in right.items() for i, v in enumerate(verdicts)]
+    outcomes.append(Outcome("snapkv", "niah", 8192, 0, True, 1.0, ""))  # no full KV at 8K: nothing to pair it with
+    rows = {(r["length"], r["mode"], r["reference"]): r for r in paired_comparisons(outcomes)}
+    assert set(rows) == {(n, m, ref) for n in (2048, 4096, "all")
+                         for m, ref in (("structkv", "full"), ("fixed-pivot", "full"), ("structkv", "fixed-pivot"))}
+    first = rows[(2048, "structkv", "full")]
+    assert (first["prompts"], first["only_mode"], first["only_reference"]) == (6, 1, 1) and first["p"] == 1.0
+    # The fixed pivot answered five 4K prompts: only those are paired.
+    assert rows[(4096, "fixed-pivot", "full")]["prompts"] == 5
+    pooled = rows[("all", "structkv", "fixed-pivot")]
+    assert (pooled["prompts"], pooled["only_mode"], pooled["only_reference"]) == (11, 3, 0)
+    assert pooled["p"] == pytest.approx(0.25)
+    table = format_paired(list(rows.values()), markdown=True).splitlines()
+    assert table[0] == "| length | mode | against | prompts | only mode right | only against right | exact McNemar p |"
+    assert "| all | structkv | fixed-pivot | 11 | 3 | 0 | 0.250 |" in table
+
+
+def test_a_run_writes_the_prompt_by_prompt_comparison(tmp_path, monkeypatch, capsys):
+    import bench.long_context as long_context
+
+    def answer(mode, model_path, items, args, log_dir, outcomes):
+        outcomes.extend(Outcome(mode, item.task, item.length, item.index, mode == "full" or item.index == 0, 1.0, "")
+                        for item in items)
+
+    monkeypatch.setattr(long_context, "run_mode", answer)
+    json_path, markdown_path = tmp_path / "run.json", tmp_path / "run.md"
+    assert long_context.main(["--model-path", str(ensure_default_model()), "--modes", "full", "structkv",
+                              "--tasks", "niah", "--lengths", "512", "--items", "3",
+                              "--json", str(json_path), "--markdown", str(markdown_path)]) == 0
+    assert "only mode right" in capsys.readouterr().out
+    assert "| 512 | structkv | full | 3 | 0 | 2 | 0.500 |" in markdown_path.read_text()
+    (paired,) = json.loads(json_path.read_text())["paired"]
+    assert (paired["mode"], paired["reference"], paired["only_reference"]) == ("structkv", "full", 2)

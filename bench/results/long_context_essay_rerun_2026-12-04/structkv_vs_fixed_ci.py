@@ -12,9 +12,9 @@ such prompts, all one way, the bootstrap interval is too narrow and the exact te
 import json
 import sys
 
-import math
-
 import numpy as np
+
+from bench.common import exact_mcnemar_p
 
 answers = {}
 for path in sys.argv[1:]:
@@ -40,7 +40,6 @@ for other in ("fixed-pivot", "full"):
     low, high = np.percentile(counts[:, 1] - counts[:, j], [2.5, 97.5])
     wins = int(sum(((s[:, 1] == 1) & (s[:, j] == 0)).sum() for s in strata))
     losses = int(sum(((s[:, 1] == 0) & (s[:, j] == 1)).sum() for s in strata))
-    k, m = min(wins, losses), wins + losses
-    p = min(1.0, 2 * sum(math.comb(m, i) for i in range(k + 1)) / 2**m) if m else 1.0
+    p = exact_mcnemar_p(wins, losses)
     print(f"structkv minus {other}: {point[1] - point[j]:+.0f} of {total} [{low:+.0f}, {high:+.0f}]; "
           f"structkv alone right on {wins}, {other} alone on {losses}: exact McNemar p = {p:.3f}")
