@@ -19,6 +19,7 @@ from sglang_pask.structkv import (
     segment_skeleton,
     top_count,
 )
+from sglang_pask.structkv.prefill import DEFAULT_SKELETON_KERNEL
 
 
 @pytest.fixture
@@ -100,7 +101,8 @@ def test_segment_skeleton_refuses_mismatched_segments():
 
 def test_a_sentence_singled_out_by_one_token_comes_whole_where_pooled_tokens_lose_its_end(seed):
     """The planted case the segment skeleton exists for: in a long text of sentences, the window
-    looks at one word of one sentence (a needle's key); its value stands 8 tokens further on."""
+    looks at one word of one sentence (a needle's key) and not at its value, 8 tokens further on
+    (nor at anything else near it: the value's pooled score is then the lowest of the text)."""
     gen = torch.Generator().manual_seed(seed)
     n, sentence = 1000, 20
     ends = torch.zeros(n, dtype=torch.bool)
@@ -108,6 +110,8 @@ def test_a_sentence_singled_out_by_one_token_comes_whole_where_pooled_tokens_los
     scores = torch.rand(n, generator=gen)
     needle = int(torch.randint(2, n // sentence - 3, (), generator=gen)) * sentence
     key, value = needle + 3, range(needle + 11, needle + 18)
+    half_kernel = DEFAULT_SKELETON_KERNEL // 2
+    scores[key + 1:value[-1] + half_kernel + 1] = 0.0
     scores[key] = 50.0
     skeleton = set(segment_skeleton(scores, segment_ids(ends), 0.2, 8).tolist())
     assert set(value) <= skeleton, seed
