@@ -1,0 +1,13 @@
+"""bench.long_context's prompt-by-prompt table over issue 6's 66 prompts (8K essays: 12), from the four runs' --json files.
+
+python paired_by_length.py  (from the repository root, PYTHONPATH=.)
+"""
+import json
+
+from bench.long_context import Outcome, format_paired, paired_comparisons
+
+RUNS = ["bench/results/structkv_segments_2026-12-03/noise_stat8.json", "bench/results/long_context_essay8k12_2026-12-04/essay8k12_sf.json",
+        "bench/results/long_context_noise8k_2026-12-04/noise8k_sf.json",
+        "bench/results/long_context_essay_rerun_2026-12-04/essay2k4k_sf.json"]
+outcomes = [Outcome(**r) for path in RUNS for r in json.load(open(path, encoding="utf-8"))["results"]]
+print(format_paired(paired_comparisons(outcomes), markdown=True))
