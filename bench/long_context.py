@@ -348,6 +348,15 @@ def summarize(outcomes: list[Outcome]) -> list[dict]:
     return rows
 
 
+def _render_table(header: list[str], body: list[list[str]], markdown: bool) -> str:
+    """Rows of cells under a header: a Markdown table, or plain right-aligned columns."""
+    if markdown:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
+    widths = [max(len(x) for x in column) for column in zip(header, *body)]
+    return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [header, *body])
+
+
 def format_table(rows: list[dict], markdown: bool = False) -> str:
     tasks = [t for t in TASKS if any(r.get(f"accuracy_{t}") is not None for r in rows)]
     header = ["length", "mode", "items", "acc", *(f"acc {t}" for t in tasks), "acc/full", "TTFT s", "TTFT/full",
@@ -359,11 +368,7 @@ def format_table(rows: list[dict], markdown: bool = False) -> str:
     body = [[str(r["length"]), r["mode"], str(r["items"]), cell(r["accuracy"]),
              *(cell(r.get(f"accuracy_{t}")) for t in tasks), cell(r.get("accuracy_vs_full")), cell(r["ttft_s"]),
              cell(r.get("ttft_vs_full")), cell(r.get("pivot"), 1), cell(r.get("decided_at"), 1)] for r in rows]
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
-    widths = [max(len(x) for x in column) for column in zip(header, *body)]
-    return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [header, *body])
+    return _render_table(header, body, markdown)
 
 
 def _comparison_pairs(modes: set[str]) -> list[tuple[str, str]]:
@@ -409,11 +414,7 @@ def format_paired(rows: list[dict], markdown: bool = False) -> str:
     header = ["length", "mode", "against", "prompts", "only mode right", "only against right", "exact McNemar p"]
     body = [[str(r["length"]), r["mode"], r["reference"], str(r["prompts"]), str(r["only_mode"]),
              str(r["only_reference"]), f"{r['p']:.3f}"] for r in rows]
-    if markdown:
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        return "\n".join(lines + ["| " + " | ".join(b) + " |" for b in body])
-    widths = [max(len(x) for x in column) for column in zip(header, *body)]
-    return "\n".join("  ".join(x.rjust(w) for x, w in zip(line, widths)) for line in [header, *body])
+    return _render_table(header, body, markdown)
 
 
 def pivot_arg(text: str) -> str:
