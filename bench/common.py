@@ -120,6 +120,26 @@ def triton_refusal(device: Any, interpreted: bool, timed_instead: str) -> str | 
     return None
 
 
+def positive_int(text: str) -> int:
+    """``argparse`` type: an integer >= 1 (a count of items or repeats)."""
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    """``argparse`` type: an integer >= 0 (an index)."""
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"{text!r} is below {minimum}")
+    return value
+
+
 def kernel_shape(text: str) -> tuple[int, int]:
     """``argparse`` type of a kernel benchmark's ``--shapes`` entry: ``BATCHxTOKENS`` (e.g. ``8x4096``),
     both positive integers.

@@ -70,7 +70,8 @@ from typing import Any, Optional, Sequence
 import requests
 from tqdm import tqdm
 
-from bench.common import exact_mcnemar_p, exit_on_sigterm, markdown_header, run_exit_status, run_header
+from bench.common import (exact_mcnemar_p, exit_on_sigterm, markdown_header, non_negative_int, positive_int,
+                          run_exit_status, run_header)
 from sglang_pask.cli_paths import output_file
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
@@ -185,12 +186,15 @@ def _task_body(task: str, rng: random.Random) -> tuple[list[tuple[float, str]], 
             tuple(names))
 
 
-def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], per_task: int) -> list[Item]:
-    """Every (task, length, index) prompt, generated from :data:`SEED`, sized to the length in tokens."""
+def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], per_task: int,
+                first: int = 0) -> list[Item]:
+    """Every (task, length, index) prompt for index ``first .. first + per_task - 1``, generated from
+    :data:`SEED` and the index alone (so a prompt is the same whatever ``first``), sized to the length
+    in tokens."""
     items = []
     for task in tasks:
         for length in lengths:
-            for index in range(per_task):
+            for index in range(first, first + per_task):
                 rng = random.Random(f"{SEED}-{task}-{length}-{index}")
                 pieces, question, expected = _task_body(task, rng)
                 start = rng.randrange(len(essay_sentences())) if task in ESSAY_TASKS else 0
@@ -431,7 +435,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="tasks (default: niah vt; niah-mk and niah-mv use the essay haystack)")
     parser.add_argument("--lengths", nargs="+", type=int, default=[2048, 4096, 8192],
                         help="prompt lengths in tokens (default: 2048 4096 8192)")
-    parser.add_argument("--items", type=int, default=10, help="items per task and length (default: 10)")
+    parser.add_argument("--items", type=positive_int, default=10, help="items per task and length (default: 10)")
+    parser.add_argument("--first-item", type=non_negative_int, default=0,
+                        help="index of the first item: prompts are seeded by their index, so a run from "
+                             "--first-item K answers prompts that a run of K items or fewer did not (default: 0)")
     parser.add_argument("--structkv-pivot", type=pivot_arg, default="auto",
                         help="--structkv-pivot of structkv mode: auto or a layer index >= 1 (default: auto)")
     parser.add_argument("--fixed-pivot", type=int, default=11, help="pivot layer of fixed-pivot mode (default: 11)")
@@ -464,7 +471,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    items = build_items(tokenizer, args.tasks, args.lengths, args.items)
+    items = build_items(tokenizer, args.tasks, args.lengths, args.items, args.first_item)
     outcomes: list[Outcome] = []
     modes = ["full"] + [m for m in args.modes if m != "full"] if "full" in args.modes else list(args.modes)
     lost: Optional[ServerLost] = None

@@ -29,6 +29,8 @@ def test_items_fit_their_length_and_hold_what_the_answer_must_name():
         assert 0.8 * item.length <= tokens <= item.length
         assert all(part in item.text for part in item.expected)
     assert build_items(tokenizer, ["niah"], [512], 1)[0] == items[0]  # seeded: the same prompt every run
+    later = build_items(tokenizer, ["niah"], [512], 2, first=1)  # seeded by index: --first-item K continues a run
+    assert [i.index for i in later] == [1, 2] and later[0] == items[1] and later[1].text != items[1].text
 
 
 def test_essay_tasks_hide_four_needles_in_essay_text():
@@ -128,6 +130,19 @@ def test_a_bad_structkv_pivot_is_refused_before_any_server_starts(bad, capsys):
     assert exit_info.value.code == 2
     assert "--structkv-pivot: must be 'auto' or a layer index >= 1" in capsys.readouterr().err
     assert build_parser().parse_args(["--structkv-pivot", "13"]).structkv_pivot == "13"
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--items", "0"], "--items: '0' is below 1"),
+    (["--items", "two"], "--items: 'two' is not an integer"),
+    (["--first-item", "-1"], "--first-item: '-1' is below 0"),
+])
+def test_bad_item_counts_are_refused_before_any_server_starts(flags, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser().parse_args(flags)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert build_parser().parse_args(["--items", "3", "--first-item", "5"]).first_item == 5
 
 
 def test_a_run_whose_server_dies_still_writes_what_it_measured(tmp_path, monkeypatch, capsys):
