@@ -45,6 +45,12 @@ from each response's ``meta_info.kv_stats.structkv``); ``--json`` writes it with
 one of two modes answered right (each mode against full KV, StructKV against the fixed pivot) and
 the exact McNemar test of that split, since a few prompts either way are within the luck of the draw.
 
+``--from-json RUN.json ...`` starts no server: it pools the answers of earlier runs' ``--json`` files
+(a prompt's answer in one mode counted once, from the first file that has it) and prints the same
+two tables over them. Time to first token is only comparable within one run (the machine's speed
+drifts between runs), so the pooled table leaves the TTFT columns empty when the files are more than
+one.
+
 Example::
 
     python -m bench.long_context --lengths 2048 4096 8192 --items 10 --json bench/results/long_context.json
@@ -327,9 +333,10 @@ def run_interleaved(modes: list[str], model_path: str, items: list[Item], args: 
             server.stop()
 
 
-def summarize(outcomes: list[Outcome]) -> list[dict]:
+def summarize(outcomes: list[Outcome], timings: bool = True) -> list[dict]:
     """Per (mode, length): accuracy over tasks, median TTFT, both against ``full``, and under StructKV
-    the median pivot and layer the rows shrank after (None where no prefill reported one)."""
+    the median pivot and layer the rows shrank after (None where no prefill reported one). Without
+    ``timings`` (answers pooled from several runs) the TTFT and its ratio are None."""
     rows = []
     keys = sorted({(o.mode, o.length) for o in outcomes}, key=lambda k: (k[1], MODES.index(k[0])))
     for mode, length in keys:
@@ -337,7 +344,7 @@ def summarize(outcomes: list[Outcome]) -> list[dict]:
         full = [o for o in outcomes if o.mode == "full" and o.length == length]
         row = {"mode": mode, "length": length, "items": len(mine),
                "accuracy": sum(o.correct for o in mine) / len(mine),
-               "ttft_s": statistics.median(o.ttft_s for o in mine)}
+               "ttft_s": statistics.median(o.ttft_s for o in mine) if timings else None}
         for task in TASKS:
             of_task = [o for o in mine if o.task == task]
             row[f"accuracy_{task}"] = sum(o.correct for o in of_task) / len(of_task) if of_task else None
@@ -347,7 +354,7 @@ def summarize(outcomes: list[Outcome]) -> list[dict]:
         if full:
             full_accuracy = sum(o.correct for o in full) / len(full)
             row["accuracy_vs_full"] = row["accuracy"] / full_accuracy if full_accuracy else None
-            row["ttft_vs_full"] = row["ttft_s"] / statistics.median(o.ttft_s for o in full)
+            row["ttft_vs_full"] = (row["ttft_s"] / statistics.median(o.ttft_s for o in full)) if timings else None
         rows.append(row)
     return rows
 
@@ -421,6 +428,37 @@ def format_paired(rows: list[dict], markdown: bool = False) -> str:
     return _render_table(header, body, markdown)
 
 
+def pooled_outcomes(records: Sequence[dict]) -> tuple[list[Outcome], int]:
+    """The answers of several runs' ``--json`` records, each (mode, task, length, index) once: the
+    first record's answer wins. Returns them and how many later duplicates were left out.
+
+    Raises
+    ------
+    ValueError
+        If a record has no ``results`` list or an entry is not an answer of this benchmark (the
+        message names the record by its position and the entry).
+    """
+    outcomes: dict[tuple, Outcome] = {}
+    skipped = 0
+    for position, record in enumerate(records, start=1):
+        results = record.get("results") if isinstance(record, dict) else None
+        if not isinstance(results, list):
+            raise ValueError(f"file {position} has no 'results' list: not a bench.long_context --json file")
+        for entry in results:
+            try:
+                answer = Outcome(**entry)
+            except TypeError as exc:
+                raise ValueError(f"file {position}: an entry is not a long-context answer ({exc})") from None
+            if answer.mode not in MODES:
+                raise ValueError(f"file {position}: unknown mode {answer.mode!r}")
+            key = (answer.mode, answer.task, answer.length, answer.index)
+            if key in outcomes:
+                skipped += 1
+            else:
+                outcomes[key] = answer
+    return list(outcomes.values()), skipped
+
+
 def pivot_arg(text: str) -> str:
     """``auto`` or a layer index >= 1, checked before any server starts."""
     if text != "auto" and not (text.isdigit() and int(text) >= 1):
@@ -456,6 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "the others frozen (SIGSTOP) meanwhile (times comparable on a machine whose speed drifts; needs memory for all servers: "
                              "about 7.5 GB each for the default model in float32 with the default --server-args, "
                              "so three on a 24 GB machine)")
+    parser.add_argument("--from-json", nargs="+", metavar="RUN_JSON", default=None,
+                        help="start no server: pool the answers of these earlier --json files and print the "
+                             "tables over them (TTFT left empty when there are several files)")
     parser.add_argument("--json", type=output_file, default=None,
                         help="write results and run details to this JSON file")
     parser.add_argument("--markdown", type=output_file, default=None, help="write the table as Markdown to this file")
@@ -463,8 +504,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     header = run_header("python -m bench.long_context", argv)
+    if args.from_json:
+        return replay(args, header, parser)
     from transformers import AutoTokenizer
 
     from sglang_pask.default_model import ensure_default_model
@@ -491,11 +535,39 @@ def main(argv: Sequence[str] | None = None) -> int:
                            "(and in --json / --markdown, marked incomplete)" if outcomes else None)
 
 
+def replay(args: argparse.Namespace, header: dict, parser: argparse.ArgumentParser) -> int:
+    """``--from-json``: the tables over earlier runs' answers; a missing or malformed file is a usage
+    error (exit 2) naming it."""
+    records = []
+    for name in args.from_json:
+        path = Path(name)
+        if not path.is_file():
+            parser.error(f"--from-json: file not found: {path}")
+        try:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            parser.error(f"--from-json: {path} is not JSON ({exc})")
+    try:
+        outcomes, skipped = pooled_outcomes(records)
+    except ValueError as exc:
+        parser.error(f"--from-json: {exc}")
+    if not outcomes:
+        parser.error("--from-json: the files hold no answers")
+    if skipped:
+        print(f"{skipped} answer(s) given again by a later file left out (the first file's counted)", file=sys.stderr)
+    models = sorted({str(r.get("model")) for r in records})
+    sources = [{"file": name, "command": r.get("command"), "commit": r.get("commit"), "date": r.get("date")}
+               for name, r in zip(args.from_json, records)]
+    write_results(outcomes, args, {**header, "sources": sources}, ", ".join(models), None,
+                  timings=len(records) == 1)
+    return 0
+
+
 def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dict, model_path: str,
-                  error: Optional[str]) -> None:
+                  error: Optional[str], timings: bool = True) -> None:
     """Print the table and write ``--markdown`` / ``--json``; ``error`` (a run that ended early) marks
-    them incomplete and says why."""
-    rows = summarize(outcomes)
+    them incomplete and says why; without ``timings`` the TTFT columns stay empty."""
+    rows = summarize(outcomes, timings)
     paired = paired_comparisons(outcomes)
     table = format_table(rows)
     print(table)
@@ -504,7 +576,10 @@ def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dic
     note = "" if error is None else f"**Incomplete**: the run ended early: {error.splitlines()[0]}\n\n"
     if args.markdown:
         paired_md = f"\n\n{PAIRED_TITLE}:\n\n{format_paired(paired, markdown=True)}" if paired else ""
-        Path(args.markdown).write_text(markdown_header("Long-context accuracy and prefill time", header) + note
+        sources = "".join(f"- pooled from `{src['file']}` (commit {src['commit']}, {src['date']}): `{src['command']}`\n"
+                          for src in header.get("sources", []))
+        Path(args.markdown).write_text(markdown_header("Long-context accuracy and prefill time", header) + sources
+                                       + ("\n" if sources else "") + note
                                        + format_table(rows, markdown=True) + paired_md + "\n")
     if args.json:
         record = {

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from dataclasses import asdict
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -218,3 +219,55 @@ def test_a_run_writes_the_prompt_by_prompt_comparison(tmp_path, monkeypatch, cap
     assert "| 512 | structkv | full | 3 | 0 | 2 | 0.500 |" in markdown_path.read_text()
     (paired,) = json.loads(json_path.read_text())["paired"]
     assert (paired["mode"], paired["reference"], paired["only_reference"]) == ("structkv", "full", 2)
+
+
+def _run_file(path, outcomes, commit):
+    path.write_text(json.dumps({"command": "python -m bench.long_context ...", "commit": commit,
+                                "date": "2026-12-04T00:00:00+00:00", "model": "m",
+                                "results": [asdict(o) for o in outcomes]}))
+    return str(path)
+
+
+def test_from_json_pools_runs_counts_each_answer_once_and_leaves_pooled_times_out(tmp_path, capsys):
+    from bench.long_context import main
+
+    first = _run_file(tmp_path / "a.json", [Outcome("full", "niah", 2048, 0, True, 2.0, "a"),
+                                            Outcome("structkv", "niah", 2048, 0, False, 1.0, "b")], "c1")
+    second = _run_file(tmp_path / "b.json", [Outcome("full", "niah", 2048, 0, False, 9.0, "x"),  # a repeat: left out
+                                             Outcome("full", "niah", 2048, 1, True, 4.0, "c"),
+                                             Outcome("structkv", "niah", 2048, 1, True, 2.0, "c")], "c2")
+    markdown, record_path = tmp_path / "pooled.md", tmp_path / "pooled.json"
+    assert main(["--from-json", first, second, "--markdown", str(markdown), "--json", str(record_path)]) == 0
+    captured = capsys.readouterr()
+    assert "1 answer(s) given again by a later file left out" in captured.err
+    record = json.loads(record_path.read_text())
+    rows = {r["mode"]: r for r in record["summary"]}
+    assert rows["full"]["items"] == 2 and rows["full"]["accuracy"] == 1.0  # the first file's verdict on prompt 0
+    assert rows["structkv"]["accuracy"] == 0.5 and rows["structkv"]["ttft_s"] is None
+    assert rows["structkv"]["ttft_vs_full"] is None  # times of two runs are not comparable
+    assert [s["commit"] for s in record["sources"]] == ["c1", "c2"]
+    text = markdown.read_text()
+    assert f"- pooled from `{first}` (commit c1" in text and "| 2048 | structkv | 2 | 0.50 |" in text
+
+    assert main(["--from-json", second, "--json", str(record_path)]) == 0  # one run: its times stand
+    rows = {r["mode"]: r for r in json.loads(record_path.read_text())["summary"]}
+    assert rows["structkv"]["ttft_vs_full"] == pytest.approx(2.0 / 6.5)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "file not found"),
+    ("not json", "is not JSON"),
+    ('{"table": "x"}', "file 1 has no 'results' list"),
+    ('{"results": [{"mode": "full"}]}', "file 1: an entry is not a long-context answer"),
+    ('{"results": []}', "the files hold no answers"),
+])
+def test_from_json_refuses_what_is_not_a_run_file(content, message, tmp_path, capsys):
+    from bench.long_context import main
+
+    path = tmp_path / "run.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--from-json", str(path)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
