@@ -41,7 +41,8 @@ selection compares against another on the same prompts.
 Prints a table (accuracy and median TTFT per mode and length, ratios against ``full`` of the same
 run, and for the StructKV modes the median pivot layer and the layer after which the rows shrank,
 from each response's ``meta_info.kv_stats.structkv``); ``--json`` writes it with the per-item results, command, date, machine and commit;
-``--markdown`` writes the table as Markdown. Under the table, prompt by prompt: how many prompts only
+``--markdown`` writes the table as Markdown, ``--plot`` a PNG of accuracy and TTFT ratio against
+length per mode. Under the table, prompt by prompt: how many prompts only
 one of two modes answered right (each mode against full KV, StructKV against the fixed pivot) and
 the exact McNemar test of that split, since a few prompts either way are within the luck of the draw.
 
@@ -428,6 +429,46 @@ def format_paired(rows: list[dict], markdown: bool = False) -> str:
     return _render_table(header, body, markdown)
 
 
+def plot_summary(rows: list[dict], path: str) -> None:
+    """Save a PNG of :func:`summarize`'s rows: accuracy against prompt length, one line per mode,
+    and beside it the TTFT against full KV's (the panel says so when no row has one, as for answers
+    pooled from several runs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (accuracy, ttft) = plt.subplots(1, 2, figsize=(11, 4), dpi=120)
+    lengths = sorted({r["length"] for r in rows})
+    for mode in [m for m in MODES if any(r["mode"] == m for r in rows)]:
+        mine = sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["length"])
+        (line,) = accuracy.plot([r["length"] for r in mine], [100 * r["accuracy"] for r in mine], marker="o", label=mode)
+        timed = [r for r in mine if r.get("ttft_vs_full") is not None]
+        if timed:
+            ttft.plot([r["length"] for r in timed], [r["ttft_vs_full"] for r in timed], marker="o",
+                      color=line.get_color(), label=mode)
+    timed_any = any(r.get("ttft_vs_full") is not None for r in rows)
+    for ax in (accuracy, ttft) if timed_any else (accuracy,):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths, [f"{n // 1024}K" if n % 1024 == 0 else str(n) for n in lengths])
+        ax.set_xlabel("prompt length (tokens)")
+        ax.grid(True, alpha=0.3)
+    accuracy.set_ylabel("correct answers (%)")
+    accuracy.set_ylim(0, 105)
+    accuracy.legend()
+    if timed_any:
+        ttft.set_ylabel("time to first token / full KV's")
+        ttft.axhline(1.0, color="grey", linewidth=1, linestyle="dashed")
+        ttft.set_ylim(bottom=0)
+    else:
+        ttft.axis("off")
+        ttft.text(0.5, 0.5, "no time to first token:\nanswers pooled from several runs", ha="center", va="center",
+                  transform=ttft.transAxes)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def pooled_outcomes(records: Sequence[dict]) -> tuple[list[Outcome], int]:
     """The answers of several runs' ``--json`` records, each (mode, task, length, index) once: the
     first record's answer wins. Returns them and how many later duplicates were left out.
@@ -500,6 +541,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", type=output_file, default=None,
                         help="write results and run details to this JSON file")
     parser.add_argument("--markdown", type=output_file, default=None, help="write the table as Markdown to this file")
+    parser.add_argument("--plot", type=output_file, default=None,
+                        help="write accuracy and TTFT against full KV's, per length and mode, to this PNG file")
     return parser
 
 
@@ -581,6 +624,8 @@ def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dic
         Path(args.markdown).write_text(markdown_header("Long-context accuracy and prefill time", header) + sources
                                        + ("\n" if sources else "") + note
                                        + format_table(rows, markdown=True) + paired_md + "\n")
+    if args.plot:
+        plot_summary(rows, args.plot)
     if args.json:
         record = {
             **header,

@@ -236,8 +236,10 @@ def test_from_json_pools_runs_counts_each_answer_once_and_leaves_pooled_times_ou
     second = _run_file(tmp_path / "b.json", [Outcome("full", "niah", 2048, 0, False, 9.0, "x"),  # a repeat: left out
                                              Outcome("full", "niah", 2048, 1, True, 4.0, "c"),
                                              Outcome("structkv", "niah", 2048, 1, True, 2.0, "c")], "c2")
-    markdown, record_path = tmp_path / "pooled.md", tmp_path / "pooled.json"
-    assert main(["--from-json", first, second, "--markdown", str(markdown), "--json", str(record_path)]) == 0
+    markdown, record_path, png = tmp_path / "pooled.md", tmp_path / "pooled.json", tmp_path / "pooled.png"
+    assert main(["--from-json", first, second, "--markdown", str(markdown), "--json", str(record_path),
+                 "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     captured = capsys.readouterr()
     assert "1 answer(s) given again by a later file left out" in captured.err
     record = json.loads(record_path.read_text())
@@ -249,7 +251,8 @@ def test_from_json_pools_runs_counts_each_answer_once_and_leaves_pooled_times_ou
     text = markdown.read_text()
     assert f"- pooled from `{first}` (commit c1" in text and "| 2048 | structkv | 2 | 0.50 |" in text
 
-    assert main(["--from-json", second, "--json", str(record_path)]) == 0  # one run: its times stand
+    assert main(["--from-json", second, "--json", str(record_path), "--plot", str(png)]) == 0  # one run: its times stand
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = {r["mode"]: r for r in json.loads(record_path.read_text())["summary"]}
     assert rows["structkv"]["ttft_vs_full"] == pytest.approx(2.0 / 6.5)
 
