@@ -64,7 +64,7 @@ from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_i
 from sglang_pask.cli_paths import output_file
 from sglang_pask.server_process import ServerProcess, ServerStartError
 
-from bench.common import exit_on_sigterm, git_commit, run_exit_status
+from bench.common import exit_on_sigterm, git_commit, read_json_files, run_exit_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_POLICY = "full"
@@ -523,12 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.from_json:
-        records = []
-        for name in args.from_json:
-            path = Path(name)
-            if not path.is_file():
-                parser.error(f"--from-json: file not found: {path}")
-            records.append(json.loads(path.read_text(encoding="utf-8")))
+        records = read_json_files(parser, args.from_json)
         try:
             record = merge_records(records)
         except ValueError as exc:

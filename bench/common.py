@@ -8,6 +8,7 @@ benchmarks still run from a bare checkout on a machine without this package inst
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import platform
@@ -118,6 +119,21 @@ def triton_refusal(device: Any, interpreted: bool, timed_instead: str) -> str | 
     if interpreted:
         return "Triton not timed: TRITON_INTERPRET=1 is set, so the kernels would run in the interpreter."
     return None
+
+
+def read_json_files(parser: argparse.ArgumentParser, names: Sequence[str], flag: str = "--from-json") -> list[Any]:
+    """The parsed contents of each of ``names`` (earlier runs' ``--json`` files), in order; a missing
+    file or one that is not JSON is a usage error (``parser.error``: exit 2) naming the flag and file."""
+    records = []
+    for name in names:
+        path = Path(name)
+        if not path.is_file():
+            parser.error(f"{flag}: file not found: {path}")
+        try:
+            records.append(json.loads(path.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            parser.error(f"{flag}: {path} is not JSON ({exc})")
+    return records
 
 
 def positive_int(text: str) -> int:

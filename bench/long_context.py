@@ -78,7 +78,7 @@ import requests
 from tqdm import tqdm
 
 from bench.common import (exact_mcnemar_p, exit_on_sigterm, markdown_header, non_negative_int, positive_int,
-                          run_exit_status, run_header)
+                          read_json_files, run_exit_status, run_header)
 from sglang_pask.cli_paths import output_file
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
@@ -490,8 +490,12 @@ def pooled_outcomes(records: Sequence[dict]) -> tuple[list[Outcome], int]:
                 answer = Outcome(**entry)
             except TypeError as exc:
                 raise ValueError(f"file {position}: an entry is not a long-context answer ({exc})") from None
-            if answer.mode not in MODES:
-                raise ValueError(f"file {position}: unknown mode {answer.mode!r}")
+            if answer.mode not in MODES or answer.task not in TASKS:
+                raise ValueError(f"file {position}: unknown mode or task ({answer.mode!r}, {answer.task!r})")
+            if not (isinstance(answer.correct, bool) and isinstance(answer.length, int)
+                    and isinstance(answer.index, int) and isinstance(answer.ttft_s, (int, float))):
+                raise ValueError(f"file {position}: an answer of {answer.mode} has a field of the wrong type "
+                                 "(correct: bool, length and index: int, ttft_s: number)")
             key = (answer.mode, answer.task, answer.length, answer.index)
             if key in outcomes:
                 skipped += 1
@@ -581,15 +585,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def replay(args: argparse.Namespace, header: dict, parser: argparse.ArgumentParser) -> int:
     """``--from-json``: the tables over earlier runs' answers; a missing or malformed file is a usage
     error (exit 2) naming it."""
-    records = []
-    for name in args.from_json:
-        path = Path(name)
-        if not path.is_file():
-            parser.error(f"--from-json: file not found: {path}")
-        try:
-            records.append(json.loads(path.read_text(encoding="utf-8")))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            parser.error(f"--from-json: {path} is not JSON ({exc})")
+    records = read_json_files(parser, args.from_json)
     try:
         outcomes, skipped = pooled_outcomes(records)
     except ValueError as exc:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.common import kernel_run_meta, kernel_shape, markdown_header, optional_cell, run_header
+from bench.common import kernel_run_meta, kernel_shape, markdown_header, optional_cell, read_json_files, run_header
 
 
 def test_run_header_names_the_command_date_machine_and_commit():
@@ -74,3 +74,17 @@ def test_kernel_run_meta_records_the_software_the_options_and_the_commit():
 def test_optional_cell_formats_a_value_or_marks_it_unmeasured():
     assert optional_cell(1.23456, ".2f") == "1.23"
     assert optional_cell(None, ".2f") == "-"
+
+
+def test_read_json_files_returns_each_file_and_refuses_a_missing_or_non_json_one(tmp_path, capsys):
+    parser = argparse.ArgumentParser(prog="bench")
+    good, bad = tmp_path / "a.json", tmp_path / "b.json"
+    good.write_text('{"results": [1]}')
+    bad.write_text("{not json")
+    assert read_json_files(parser, [str(good), str(good)]) == [{"results": [1]}, {"results": [1]}]
+    for names, message in (([str(good), str(tmp_path / "gone.json")], "--from-json: file not found"),
+                           ([str(bad)], "is not JSON")):
+        with pytest.raises(SystemExit) as exit_info:
+            read_json_files(parser, names)
+        assert exit_info.value.code == 2
+        assert message in capsys.readouterr().err

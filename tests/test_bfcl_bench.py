@@ -206,3 +206,12 @@ def test_a_configuration_whose_server_dies_ends_the_run_but_keeps_the_finished_o
     assert [c["policy"] for c in record["configs"]] == ["full"]
     assert [r["valid"] for r in record["configs"][0]["items"]] == [True, False, True, False]
     assert "- **incomplete**: the snapkv@0.5 run failed" in out_md.read_text()
+
+
+
+def test_from_json_refuses_a_non_json_file(tmp_path, capsys):  # the shared reader (tests/test_bench_common.py)
+    path = tmp_path / "run.json"
+    path.write_text("{not json")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--from-json", str(path)])
+    assert exit_info.value.code == 2 and "--from-json: " in capsys.readouterr().err

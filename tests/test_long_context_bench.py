@@ -258,18 +258,19 @@ def test_from_json_pools_runs_counts_each_answer_once_and_leaves_pooled_times_ou
 
 
 @pytest.mark.parametrize("content, message", [
-    (None, "file not found"),
-    ("not json", "is not JSON"),
     ('{"table": "x"}', "file 1 has no 'results' list"),
     ('{"results": [{"mode": "full"}]}', "file 1: an entry is not a long-context answer"),
     ('{"results": []}', "the files hold no answers"),
+    ('{"results": [{"mode": "lossy", "task": "niah", "length": 2048, "index": 0, "correct": true, "ttft_s": 1.0, '
+     '"answer": ""}]}', "unknown mode or task ('lossy', 'niah')"),
+    ('{"results": [{"mode": "full", "task": "niah", "length": 2048, "index": 0, "correct": "yes", "ttft_s": 1.0, '
+     '"answer": ""}]}', "a field of the wrong type"),
 ])
 def test_from_json_refuses_what_is_not_a_run_file(content, message, tmp_path, capsys):
     from bench.long_context import main
 
     path = tmp_path / "run.json"
-    if content is not None:
-        path.write_text(content)
+    path.write_text(content)
     with pytest.raises(SystemExit) as exit_info:
         main(["--from-json", str(path)])
     assert exit_info.value.code == 2
