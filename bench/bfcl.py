@@ -64,10 +64,14 @@ from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_i
 from sglang_pask.cli_paths import output_file
 from sglang_pask.server_process import ServerProcess, ServerStartError
 
-from bench.common import exit_on_sigterm, git_commit, read_json_files, run_exit_status
+from bench.common import exit_on_sigterm, git_commit, read_json_files, refuse_flags_given, run_exit_status
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_POLICY = "full"
+LIVE_RUN_FLAGS: tuple[str, ...] = ("categories", "limit", "ids", "split", "policies", "budgets", "grammar",
+                                    "concurrency", "max_tokens", "request_timeout", "port", "server_timeout",
+                                    "radix_cache", "log_dir")
+"""Destinations of the flags that shape a run only, refused with ``--from-json``."""
 
 
 def _split_words(values: Sequence[str]) -> list[str]:
@@ -318,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--server-args", help="start servers with these launcher arguments (shell syntax)")
     where.add_argument("--from-json", nargs="+", metavar="JSON",
                        help="run nothing: re-render table, --markdown and --plot from these --json files "
-                            "(several runs over the same items are shown side by side)")
+                            "(several runs over the same items are shown side by side); the flags that only shape a "
+                            "run (--limit, --policies ...) are refused with it")
     p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="AST categories")
     p.add_argument("--limit", type=int, help="at most N items per category (first in file order)")
     p.add_argument("--ids", help="file of item ids (one per line) to evaluate exactly")
@@ -523,6 +528,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.from_json:
+        refuse_flags_given(parser, args, LIVE_RUN_FLAGS, "only shape a run; --from-json runs nothing "
+                           "(it re-renders the answers the files hold)")
         records = read_json_files(parser, args.from_json)
         try:
             record = merge_records(records)

@@ -136,6 +136,16 @@ def read_json_files(parser: argparse.ArgumentParser, names: Sequence[str], flag:
     return records
 
 
+def refuse_flags_given(parser: argparse.ArgumentParser, args: argparse.Namespace, dests: Sequence[str],
+                       because: str) -> None:
+    """A usage error (``parser.error``: exit 2) naming every flag of ``dests`` (argparse destinations,
+    flag ``--a-b`` for ``a_b``) whose value differs from its default, ``because`` saying why such flags
+    mean nothing here (e.g. a replay of earlier runs, which starts no server)."""
+    given = [f"--{dest.replace('_', '-')}" for dest in dests if getattr(args, dest) != parser.get_default(dest)]
+    if given:
+        parser.error(f"{', '.join(given)}: {because}")
+
+
 def positive_int(text: str) -> int:
     """``argparse`` type: an integer >= 1 (a count of items or repeats)."""
     return _int_at_least(text, 1)

@@ -48,7 +48,8 @@ the exact McNemar test of that split, since a few prompts either way are within 
 
 ``--from-json RUN.json ...`` starts no server: it pools the answers of earlier runs' ``--json`` files
 (a prompt's answer in one mode counted once, from the first file that has it) and prints the same
-two tables over them. Time to first token is only comparable within one run (the machine's speed
+two tables over them; a flag that only shapes a live run (``--modes``, ``--items`` ...) is refused
+with it, since it would change nothing. Time to first token is only comparable within one run (the machine's speed
 drifts between runs), so the pooled table leaves the TTFT columns empty when the files are more than
 one.
 
@@ -78,13 +79,17 @@ import requests
 from tqdm import tqdm
 
 from bench.common import (exact_mcnemar_p, exit_on_sigterm, markdown_header, non_negative_int, positive_int,
-                          read_json_files, run_exit_status, run_header)
+                          read_json_files, refuse_flags_given, run_exit_status, run_header)
 from sglang_pask.cli_paths import output_file
 
 MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
 TASKS: tuple[str, ...] = ("niah", "vt", "niah-mk", "niah-mv")
 DEFAULT_TASKS: tuple[str, ...] = ("niah", "vt")
 ESSAY_TASKS: frozenset[str] = frozenset({"niah-mk", "niah-mv"})
+LIVE_RUN_FLAGS: tuple[str, ...] = ("modes", "tasks", "lengths", "items", "first_item", "structkv_pivot",
+                                    "fixed_pivot", "gemfilter_pivot", "layer_groups", "model_path", "server_args",
+                                    "structkv_args", "interleave")
+"""Destinations of the flags that shape a live run only, refused with ``--from-json``."""
 # Modes that run StructKV's prefill (they take --structkv-args).
 STRUCTKV_MODES: frozenset[str] = frozenset({"structkv", "fixed-pivot", "gemfilter"})
 SEED = 20261130
@@ -541,7 +546,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "so three on a 24 GB machine)")
     parser.add_argument("--from-json", nargs="+", metavar="RUN_JSON", default=None,
                         help="start no server: pool the answers of these earlier --json files and print the "
-                             "tables over them (TTFT left empty when there are several files)")
+                             "tables over them (TTFT left empty when there are several files); the flags that only "
+                             "shape a live run are refused with it")
     parser.add_argument("--json", type=output_file, default=None,
                         help="write results and run details to this JSON file")
     parser.add_argument("--markdown", type=output_file, default=None, help="write the table as Markdown to this file")
@@ -555,6 +561,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     header = run_header("python -m bench.long_context", argv)
     if args.from_json:
+        refuse_flags_given(parser, args, LIVE_RUN_FLAGS, "only shape a live run; --from-json starts no server "
+                           "(it pools the answers the files hold)")
         return replay(args, header, parser)
     from transformers import AutoTokenizer
 

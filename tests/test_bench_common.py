@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.common import kernel_run_meta, kernel_shape, markdown_header, optional_cell, read_json_files, run_header
+from bench.common import (kernel_run_meta, kernel_shape, markdown_header, optional_cell, read_json_files,
+                          refuse_flags_given, run_header)
 
 
 def test_run_header_names_the_command_date_machine_and_commit():
@@ -88,3 +89,16 @@ def test_read_json_files_returns_each_file_and_refuses_a_missing_or_non_json_one
             read_json_files(parser, names)
         assert exit_info.value.code == 2
         assert message in capsys.readouterr().err
+
+
+def test_refuse_flags_given_names_each_flag_set_away_from_its_default(capsys):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--first-item", type=int, default=0)
+    parser.add_argument("--modes", nargs="+", default=["full"])
+    parser.add_argument("--json")
+    refuse_flags_given(parser, parser.parse_args(["--json", "x", "--modes", "full"]), ["first_item", "modes"], "why")
+    with pytest.raises(SystemExit) as exit_info:
+        refuse_flags_given(parser, parser.parse_args(["--first-item", "3", "--modes", "a"]), ["first_item", "modes"],
+                           "not in a replay")
+    assert exit_info.value.code == 2
+    assert "error: --first-item, --modes: not in a replay" in capsys.readouterr().err

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.bfcl import main, select_items, server_flags
+from bench.bfcl import build_parser, main, select_items, server_flags
 from sglang_pask.bfcl.oracle import oracle_answer
 from sglang_pask.bfcl.prompt import build_messages
 
@@ -207,6 +207,21 @@ def test_a_configuration_whose_server_dies_ends_the_run_but_keeps_the_finished_o
     assert [r["valid"] for r in record["configs"][0]["items"]] == [True, False, True, False]
     assert "- **incomplete**: the snapkv@0.5 run failed" in out_md.read_text()
 
+
+
+def test_from_json_refuses_flags_that_only_shape_a_run(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--from-json", str(tmp_path / "never_read.json"), "--limit", "3", "--radix-cache"])
+    assert exit_info.value.code == 2
+    assert "error: --limit, --radix-cache: only shape a run; --from-json runs nothing" in capsys.readouterr().err
+
+
+def test_every_flag_is_either_a_run_flag_or_meaningful_in_a_replay():
+    from bench.bfcl import LIVE_RUN_FLAGS
+
+    dests = {a.dest for a in build_parser()._actions} - {"help"}
+    assert set(LIVE_RUN_FLAGS) <= dests
+    assert dests - set(LIVE_RUN_FLAGS) == {"url", "server_args", "from_json", "json", "markdown", "plot", "compare_to"}
 
 
 def test_from_json_refuses_a_non_json_file(tmp_path, capsys):  # the shared reader (tests/test_bench_common.py)

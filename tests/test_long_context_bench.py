@@ -275,3 +275,25 @@ def test_from_json_refuses_what_is_not_a_run_file(content, message, tmp_path, ca
         main(["--from-json", str(path)])
     assert exit_info.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, named", [
+    (["--items", "3"], "--items"),
+    (["--modes", "full", "--interleave"], "--modes, --interleave"),
+    (["--server-args", "--max-total-tokens 8192"], "--server-args"),
+])
+def test_from_json_refuses_flags_that_only_shape_a_live_run(flags, named, tmp_path, capsys):
+    from bench.long_context import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--from-json", str(tmp_path / "never_read.json"), *flags])
+    assert exit_info.value.code == 2
+    assert f"error: {named}: only shape a live run; --from-json starts no server" in capsys.readouterr().err
+
+
+def test_every_flag_is_either_a_live_run_flag_or_meaningful_in_a_replay():
+    from bench.long_context import LIVE_RUN_FLAGS, build_parser
+
+    dests = {a.dest for a in build_parser()._actions} - {"help"}
+    assert set(LIVE_RUN_FLAGS) <= dests
+    assert dests - set(LIVE_RUN_FLAGS) == {"from_json", "json", "markdown", "plot"}
