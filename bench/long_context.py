@@ -340,8 +340,9 @@ def run_interleaved(modes: list[str], model_path: str, items: list[Item], args: 
 
 
 def summarize(outcomes: list[Outcome], timings: bool = True) -> list[dict]:
-    """Per (mode, length): accuracy over tasks, median TTFT, both against ``full``, and under StructKV
-    the median pivot and layer the rows shrank after (None where no prefill reported one). Without
+    """Per (mode, length): accuracy over tasks, median TTFT, both against ``full`` on the prompts full KV
+    answered too (pooled runs may give a mode prompts that full KV never saw), and under StructKV the
+    median pivot and layer the rows shrank after (None where no prefill reported one). Without
     ``timings`` (answers pooled from several runs) the TTFT and its ratio are None."""
     rows = []
     keys = sorted({(o.mode, o.length) for o in outcomes}, key=lambda k: (k[1], MODES.index(k[0])))
@@ -357,10 +358,13 @@ def summarize(outcomes: list[Outcome], timings: bool = True) -> list[dict]:
         for key in ("pivot", "decided_at"):
             values = [getattr(o, key) for o in mine if getattr(o, key) is not None]
             row[key] = statistics.median(values) if values else None
-        if full:
-            full_accuracy = sum(o.correct for o in full) / len(full)
-            row["accuracy_vs_full"] = row["accuracy"] / full_accuracy if full_accuracy else None
-            row["ttft_vs_full"] = (row["ttft_s"] / statistics.median(o.ttft_s for o in full)) if timings else None
+        full_of = {(o.task, o.index): o for o in full}
+        shared = [o for o in mine if (o.task, o.index) in full_of]
+        if shared:
+            full_correct = sum(full_of[o.task, o.index].correct for o in shared)
+            row["accuracy_vs_full"] = sum(o.correct for o in shared) / full_correct if full_correct else None
+            row["ttft_vs_full"] = (statistics.median(o.ttft_s for o in shared)
+                                   / statistics.median(full_of[o.task, o.index].ttft_s for o in shared)) if timings else None
         rows.append(row)
     return rows
 

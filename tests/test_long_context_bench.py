@@ -106,6 +106,23 @@ def test_a_server_that_stops_answering_is_named_with_the_end_of_its_log():
     assert "last line of the snapkv log" in message and "--max-total-tokens" in message
 
 
+def test_summary_compares_with_full_only_on_the_prompts_full_kv_answered_too():
+    outcomes = [
+        Outcome("full", "vt", 8192, 0, True, 10.0, "a"),
+        Outcome("full", "vt", 8192, 1, False, 12.0, "b"),
+        Outcome("structkv", "vt", 8192, 0, True, 5.0, "a"),
+        Outcome("structkv", "vt", 8192, 1, True, 6.0, "c"),
+        Outcome("structkv", "vt", 8192, 7, True, 1.0, "d"),  # a prompt full KV never saw (a pooled run)
+        Outcome("structkv", "vt", 8192, 8, True, 1.0, "e"),
+    ]
+    structkv = summarize(outcomes)[1]
+    assert structkv["items"] == 4 and structkv["accuracy"] == 1.0
+    assert structkv["accuracy_vs_full"] == 2.0  # 2 of the shared prompts against full KV's 1, not 1.0 / 0.5
+    assert structkv["ttft_vs_full"] == pytest.approx(5.5 / 11.0)
+    only = summarize([o for o in outcomes if o.index >= 7] + outcomes[:1])[1]
+    assert only.get("accuracy_vs_full") is None and only.get("ttft_vs_full") is None  # nothing shared with full KV
+
+
 def test_summary_compares_with_full_and_gives_the_median_pivot():
     outcomes = [
         Outcome("full", "niah", 2048, 0, True, 2.0, "a"),
@@ -254,7 +271,7 @@ def test_from_json_pools_runs_counts_each_answer_once_and_leaves_pooled_times_ou
     assert main(["--from-json", second, "--json", str(record_path), "--plot", str(png)]) == 0  # one run: its times stand
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = {r["mode"]: r for r in json.loads(record_path.read_text())["summary"]}
-    assert rows["structkv"]["ttft_vs_full"] == pytest.approx(2.0 / 6.5)
+    assert rows["structkv"]["ttft_vs_full"] == pytest.approx(2.0 / 4.0)  # against full KV on the same prompt
 
 
 @pytest.mark.parametrize("content, message", [
