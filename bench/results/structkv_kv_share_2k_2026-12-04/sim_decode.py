@@ -13,7 +13,12 @@ seeing only the prompt positions its rule keeps (plus every generated token). Ru
 - ``sum02``: ``sum`` at R_KV 0.2;
 - ``full_early`` / ``full_late``: every position in layers 0-11 / 12-23, ``sum`` in the others;
 - ``shiftX``: the same total as ``sum``, R_KV X in layers 0-11 and 0.2 - X in layers 12-23;
-- ``evenoddX``: the same total, R_KV X in even layers and 0.2 - X in odd ones.
+- ``evenoddX``: the same total, R_KV X in even layers and 0.2 - X in odd ones;
+- ``segmax`` / ``segtop3`` (added 2026-12-05): ``sum``, with the segments ranked by their best
+  token's score / the mean of their best three instead of their mean (short segments such as a lone
+  newline rank high by the mean);
+- ``tokens`` (added 2026-12-05): R_KV 0.1 by single tokens, scores max-pooled over 7 neighbours
+  (:func:`sglang_pask.structkv.prefill.kv_keep`, StructKV's ``--structkv-select tokens``).
 
     PYTHONPATH=. .venv/bin/python bench/results/structkv_kv_share_2k_2026-12-04/sim_decode.py niah-mv 2048 6 full,sum,max [-v]
 """
@@ -27,6 +32,8 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 from bench.long_context import ANSWER_TOKENS, build_items, is_correct
 from sglang_pask.default_model import ensure_default_model
 from sglang_pask.structkv import segment_end_table, segment_ids, segment_kv_keep
+from sglang_pask.structkv.prefill import kv_keep
+from sglang_pask.structkv.skeleton import top_count
 from sglang_pask.structure import TokenVocab
 
 WINDOW_QUERIES = 32
@@ -64,6 +71,24 @@ num_layers = model.config.num_hidden_layers
 half = num_layers // 2
 
 
+def by_segment_peaks(scores: torch.Tensor, segments: torch.Tensor, ratio: float, how: str) -> torch.Tensor:
+    """As ``segment_kv_keep`` over every position (window 8 first, whole segments, the last one cut),
+    the segments ranked by their best token's score (``max``) or their best three's mean (``top3``)."""
+    n, count = scores.numel(), top_count(ratio, scores.numel()) + 8
+    num_segments = int(segments.max()) + 1
+    if how == "max":
+        value = torch.full((num_segments,), -1.0).scatter_reduce(0, segments, scores, "amax")
+    else:
+        value = torch.stack([scores[segments == s].topk(min(3, int((segments == s).sum()))).values.mean()
+                             for s in range(num_segments)])
+    rank = torch.empty(num_segments, dtype=torch.int64)
+    rank[torch.sort(value, descending=True, stable=True).indices] = torch.arange(num_segments)
+    rank = rank[segments].masked_fill(torch.arange(n) >= n - 8, -1)
+    order = torch.sort(scores, descending=True, stable=True).indices
+    order = order[torch.sort(rank[order], stable=True).indices]
+    return order[: min(n, count)].sort().values
+
+
 def kept(heads: torch.Tensor, segments: torch.Tensor, rule: str) -> torch.Tensor:
     """``(layers, n)`` bool: the prompt positions each layer keeps under ``rule``."""
     n = heads.shape[-1]
@@ -79,6 +104,10 @@ def kept(heads: torch.Tensor, segments: torch.Tensor, rule: str) -> torch.Tensor
             keep = every
         elif rule == "sum":
             keep = by_segments(summed, 0.1)
+        elif rule in ("segmax", "segtop3"):
+            keep = by_segment_peaks(summed, segments, 0.1, rule[3:])
+        elif rule == "tokens":
+            keep = kv_keep(summed, every, 0.1, 8)
         elif rule == "sum02":
             keep = by_segments(summed, 0.2)
         elif rule == "max":
