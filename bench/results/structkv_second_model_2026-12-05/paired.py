@@ -30,6 +30,9 @@ SETS = {
                                           "StructKV (auto)": answers("fresh_A.json", "structkv"),
                                           "fixed pivot 11": answers("fresh_A.json", "fixed-pivot"),
                                           "fixed pivot 14": answers("fresh_B.json", "fixed-pivot")},
+    "items 0-2, 8K": {"full KV": answers("m15_8k.json", "full"), "StructKV (auto)": answers("m15_8k.json", "structkv"),
+                      "fixed pivot 14": answers("m15_8k.json", "fixed-pivot"),
+                      "fixed pivot 11": answers("m15_8k_fp11.json", "fixed-pivot")},
 }
 for title, modes in SETS.items():
     auto = modes["StructKV (auto)"]
