@@ -186,8 +186,7 @@ def attention_backend_flags(config: PaskConfig, sglang_argv: list[str], gpu: boo
 
     Every backend flag given must name one of :data:`LAYER_GROUP_BACKENDS`; without one, the
     backend is ``triton`` on a GPU and ``torch_native`` on a CPU. On a GPU, CUDA graphs are turned
-    off (compression runs in Python between layers and the read lists change every step). StructKV's
-    pruned prefill runs on torch_native only. On a CPU, triton runs only under Triton's interpreter
+    off (compression runs in Python between layers and the read lists change every step). On a CPU, triton runs only under Triton's interpreter
     (``TRITON_INTERPRET=1``), which computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``.
     """
     used = []
@@ -206,9 +205,6 @@ def attention_backend_flags(config: PaskConfig, sglang_argv: list[str], gpu: boo
         extra += ["--attention-backend", default]
         used.append(default)
     if "triton" in used:
-        if config.structkv:
-            raise ConfigError("--structkv: the pruned prefill runs on the torch_native attention backend only, "
-                              "not triton (pass --attention-backend torch_native)")
         if _has_flag(sglang_argv, "--enable-deterministic-inference"):
             raise ConfigError("--enable-deterministic-inference: SGLang's deterministic triton kernel reads the fresh "
                               "tokens by their virtual ids, not the layer groups' slots (use torch_native)")

@@ -153,7 +153,6 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
         (["--attention-backend", "flashinfer"], True, {}, ("--attention-backend: sglang-pask reads each layer "
          "group's KV through the torch_native or triton attention backend, got 'flashinfer'")),
         (["--decode-attention-backend", "fa3"], True, {}, "--decode-attention-backend: sglang-pask reads"),
-        (["--structkv"], True, {}, "--structkv: the pruned prefill runs on the torch_native attention backend only"),
         (["--attention-backend", "triton", "--dtype", "float32"], False, {},
          "without a GPU it runs only under Triton's interpreter; set TRITON_INTERPRET=1"),
         (["--attention-backend", "triton"], False, {"TRITON_INTERPRET": "1"}, "pass --dtype float32"),
@@ -182,6 +181,9 @@ def test_attention_backend_defaults_triton_without_cuda_graphs_on_a_gpu_torch_na
     assert attention_backend_flags(config, sglang_argv, gpu=False) == ["--attention-backend", "torch_native"]
     config, sglang_argv = split_argv(["--attention-backend", "torch_native", "--disable-cuda-graph"])
     assert attention_backend_flags(config, sglang_argv, gpu=True) == []
+    config, sglang_argv = split_argv(["--structkv"])  # StructKV's pruned prefill runs on triton too
+    assert attention_backend_flags(config, sglang_argv, gpu=True) == [
+        "--attention-backend", "triton", "--disable-cuda-graph"]
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     config, sglang_argv = split_argv(["--attention-backend", "triton", "--dtype", "float32"])
     assert attention_backend_flags(config, sglang_argv, gpu=False) == []

@@ -82,15 +82,9 @@ class LayerGroupTorchNativeAttnBackend(LayerGroupReads, TorchNativeAttnBackend):
         k_cache = pool.get_key_buffer(layer.layer_id)
         v_cache = pool.get_value_buffer(layer.layer_id)
         score = self._scores_needed(prune, is_extend)
-        counts = prune.counts if prune is not None else [new for _, _, _, new in self._batch]
         start = 0
-        for index, ((_, _, prefix_len, _), (positions, physical), new) in enumerate(
-                zip(self._batch, self._read_lists(group), counts)):
-            if prune is not None:
-                computed = prune.computed(index, layer.layer_id)
-                if computed is not None:
-                    readable = (positions < prefix_len) | torch.isin(positions, computed)
-                    positions, physical = positions[readable], physical[readable]
+        for index, (read, new) in enumerate(zip(self._read_lists(group), self._row_counts(prune))):
+            positions, physical = self._readable(index, read, prune, layer.layer_id)
             query = queries[:, start:start + new, :]
             keys = k_cache[physical].movedim(0, 1)
             values = v_cache[physical].movedim(0, 1)

@@ -86,6 +86,22 @@ class LayerGroupReads:
         self._reads[group] = lists
         return lists
 
+    def _row_counts(self, prune: Optional[StructKVPass]) -> list[int]:
+        """Rows (queries) each request has in the current layer: its fresh tokens, or under StructKV
+        the rows the pass computes now."""
+        return prune.counts if prune is not None else [new for _, _, _, new in self._batch]
+
+    def _readable(self, index: int, read: ReadList, prune: Optional[StructKVPass], layer_id: int) -> ReadList:
+        """Request ``index``'s read list cut, under StructKV, to what it has K/V for in layer
+        ``layer_id``: its cached prefix and the fresh tokens the pass computes now (the others were
+        never written in this layer). Without a pass, or while it computes every row, ``read``."""
+        positions, physical = read
+        computed = prune.computed(index, layer_id) if prune is not None else None
+        if computed is None:
+            return read
+        readable = (positions < self._batch[index][2]) | torch.isin(positions, computed)
+        return positions[readable], physical[readable]
+
     def _scores_needed(self, prune: Optional[StructKVPass], is_extend: bool) -> bool:
         """Whether the policy's scores must be computed in this forward."""
         assert self.views is not None

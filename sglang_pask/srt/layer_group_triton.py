@@ -13,9 +13,17 @@ read, gathered after the kernel (:meth:`~.layer_group_reads.LayerGroupReads._obs
 torch_native backend. With nothing dropped (budget 1.0) the lists are stock SGLang's slots in
 position order, so the kernels compute exactly what they compute in stock SGLang.
 
+Under StructKV (a :class:`~.structkv_pass.StructKVPass` on the extend batch, :mod:`.structkv_model`)
+each layer runs SGLang's extend kernel on the pass's current rows: ``qo_indptr`` and
+``max_extend_len`` count the rows each request computes now, ``out_cache_loc`` is theirs (a layer
+writes K/V only for them), and ``kv_indices`` stays the cached prefix. So a layer after a request's
+pruning began attends its cached prefix plus its skeleton rows, as on torch_native. Every layer's
+last-window scores go to the pass, and after the model's last layer each group keeps what the pass
+chooses at R_KV.
+
 Not supported, refused with an error when the backend is built or at the first such forward:
 CUDA graphs (the launcher turns them off: compression runs in Python between layers and the lists
-change length every step), StructKV's pruned prefill, deterministic inference (its unified kernel
+change length every step), deterministic inference (its unified kernel
 addresses the fresh tokens by their virtual ids), decode context parallelism, MLA, diffusion LLM
 attention, speculative decoding, pages larger than one token, and sliding-window layers.
 """
@@ -33,7 +41,7 @@ from sglang.srt.layers.attention.triton_backend import (
 
 from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
 from sglang_pask.srt.layer_group_reads import LayerGroupReads, refuse_unsupported_layer
-from sglang_pask.srt.structkv_pass import PASS_ATTRIBUTE
+from sglang_pask.srt.structkv_pass import PASS_ATTRIBUTE, StructKVPass
 
 
 class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
@@ -55,8 +63,6 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         if not (mode.is_decode() or mode.is_context_parallel_extend()):  # decode, extend, mixed
             raise NotImplementedError(
                 f"sglang-pask layer groups on the triton backend serve extend and decode batches only, not {mode}")
-        if getattr(forward_batch, PASS_ATTRIBUTE, None) is not None:
-            raise NotImplementedError("StructKV's pruned prefill runs on the torch_native attention backend only")
         self._begin_forward(forward_batch)
         self._stock_metadata = self.forward_metadata
         self._group_metadata = {}
@@ -103,7 +109,13 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
                 "sglang-pask layer groups need the layer's fresh K/V in the attention call "
                 f"(layer {layer.layer_id} passed none)")
         group = self._layer_group(layer)
-        self.forward_metadata = self._metadata_of_group(group, is_extend)
+        prune: Optional[StructKVPass] = getattr(forward_batch, PASS_ATTRIBUTE, None) if is_extend else None
+        metadata = self._metadata_of_group(group, is_extend)
+        stock_loc = forward_batch.out_cache_loc
+        if prune is not None:
+            metadata = self._pruned_metadata(metadata, prune)
+            forward_batch.out_cache_loc = prune.out_cache_loc
+        self.forward_metadata = metadata
         try:
             # super(): SGLang's class, even where the hook made its module name point at this one.
             run = super().forward_extend if is_extend else super().forward_decode
@@ -111,26 +123,43 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         finally:
             assert self._stock_metadata is not None
             self.forward_metadata = self._stock_metadata
-        score = self._scores_needed(None, is_extend)
-        observed = score or any(self._probe_wants_distortion(row, is_extend) for row, _, _, _ in self._batch)
+            forward_batch.out_cache_loc = stock_loc
+        score = self._scores_needed(prune, is_extend)
+        observed = prune is not None or score \
+            or any(self._probe_wants_distortion(row, is_extend) for row, _, _, _ in self._batch)
         if observed:
-            self._observe_layer(q, layer, group, is_extend, score)
-        self._end_layer(layer, is_extend, None)
+            self._observe_layer(q, layer, group, is_extend, score, prune)
+        self._end_layer(layer, is_extend, prune)
         return output
 
-    def _observe_layer(self, q: torch.Tensor, layer: Any, group: int, is_extend: bool, score: bool) -> None:
-        """Gather what each request read in this layer (its group's read list, the fresh tokens
-        included, all written by now) and feed it to the probe and the policy."""
+    @staticmethod
+    def _pruned_metadata(metadata: ForwardMetadata, prune: StructKVPass) -> ForwardMetadata:
+        """The group's extend metadata for the rows a StructKV pass computes now: ``qo_indptr``
+        ``(batch + 1,)`` int32 and ``max_extend_len`` from the pass's per-request row counts. The
+        kernel reads each request's cached prefix from the pool (``kv_indices``, unchanged) and its
+        fresh rows' K/V as computed; those rows are in position order, so the kernel's causal mask
+        over them is the mask over their original positions."""
+        counts = prune.counts
+        qo_indptr = torch.zeros(len(counts) + 1, dtype=torch.int32, device=metadata.qo_indptr.device)
+        qo_indptr[1:] = torch.tensor(counts, dtype=torch.int32, device=qo_indptr.device).cumsum(0)
+        return dataclasses.replace(metadata, qo_indptr=qo_indptr, max_extend_len=max(counts, default=0))
+
+    def _observe_layer(self, q: torch.Tensor, layer: Any, group: int, is_extend: bool, score: bool,
+                       prune: Optional[StructKVPass]) -> None:
+        """Gather what each request read in this layer (its group's read list, the fresh tokens it
+        computed included, all written by now) and feed it to the probe, the StructKV pass and the
+        policy."""
         pool: LayerGroupMHAKVPool = self.token_to_kv_pool  # type: ignore[assignment]
         k_cache = pool.get_key_buffer(layer.layer_id)
         v_cache = pool.get_value_buffer(layer.layer_id)
         queries = q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim).movedim(0, 1)
         start = 0
-        for index, ((_, _, _, new), (positions, physical)) in enumerate(zip(self._batch, self._read_lists(group))):
+        for index, (read, new) in enumerate(zip(self._read_lists(group), self._row_counts(prune))):
+            positions, physical = self._readable(index, read, prune, layer.layer_id)
             query = queries[:, start:start + new, :]
             keys = k_cache[physical].movedim(0, 1).to(query.dtype)
             values = v_cache[physical].movedim(0, 1).to(query.dtype)
-            self._observe(index, group, layer, query, keys, values, positions, is_extend, None, score)
+            self._observe(index, group, layer, query, keys, values, positions, is_extend, prune, score)
             start += new
 
 
