@@ -322,8 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--server-args", help="start servers with these launcher arguments (shell syntax)")
     where.add_argument("--from-json", nargs="+", metavar="JSON",
                        help="run nothing: re-render table, --markdown and --plot from these --json files "
-                            "(several runs over the same items are shown side by side); the flags that only shape a "
-                            "run (--limit, --policies ...) are refused with it")
+                            "(several runs are shown side by side; one configuration's runs over disjoint "
+                            "items are pooled); the flags that only shape a run (--limit, --policies ...) "
+                            "are refused with it")
     p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="AST categories")
     p.add_argument("--limit", type=int, help="at most N items per category (first in file order)")
     p.add_argument("--ids", help="file of item ids (one per line) to evaluate exactly")
@@ -413,8 +414,25 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
     return policies, budgets
 
 
+def config_entry(config: ConfigResult) -> dict:
+    """A configuration as a ``--json`` record holds it: its scores and every answer."""
+    return {
+        "policy": config.policy,
+        "budget": config.budget,
+        "average": config.average(),
+        "categories": {k: {"n": s.n, "correct": s.correct, "accuracy": s.accuracy} for k, s in config.scores().items()},
+        "wall_s": config.wall_s,
+        "server": config.server,
+        "items": [r.__dict__ for r in config.items],
+    }
+
+
 def merge_records(records: Sequence[dict]) -> dict:
-    """One record holding the configurations of several runs over the same items.
+    """One record holding the configurations of several runs.
+
+    Runs over the same items are shown side by side; the runs of one configuration over disjoint
+    items (batches of the same evaluation) are pooled into one configuration: its items in run
+    order, its wall time summed. Every configuration must end with the same items.
 
     Parameters
     ----------
@@ -424,29 +442,43 @@ def merge_records(records: Sequence[dict]) -> dict:
     Returns
     -------
     dict
-        The first record's settings, every record's configs in order, and ``runs``: each record's
-        command, date, commit and machine.
+        The first record's settings with ``n_items`` and ``categories`` of the pooled items, every
+        configuration in order of first appearance, and ``runs``: each record's command, date,
+        commit and machine.
 
     Raises
     ------
     ValueError
-        If the runs did not answer the same items, or a configuration appears twice.
+        If a configuration answered an item in more than one run, or the configurations did not
+        end with the same items.
     """
-    def item_ids(record: dict) -> list[str]:
-        return sorted(item["id"] for item in record["configs"][0]["items"]) if record["configs"] else []
-
-    first = records[0]
-    labels: set[tuple[str, float]] = set()
+    pooled: dict[tuple[str, float], dict] = {}
     for record in records:
-        if item_ids(record) != item_ids(first):
-            raise ValueError(f"the run of {record['date']} answered other items than the run of {first['date']}")
         for config in record["configs"]:
             key = (config["policy"], config["budget"])
-            if key in labels:
-                raise ValueError(f"configuration {key[0]}@{key[1]:g} appears in more than one run")
-            labels.add(key)
-    merged = dict(first)
-    merged["configs"] = [config for record in records for config in record["configs"]]
+            found = pooled.get(key)
+            if found is None:
+                pooled[key] = {**config, "items": list(config["items"])}
+                continue
+            seen = {item["id"] for item in found["items"]}
+            twice = [item["id"] for item in config["items"] if item["id"] in seen]
+            if twice:
+                raise ValueError(f"configuration {key[0]}@{key[1]:g} answered {twice[0]} in more than one run "
+                                 f"({len(twice)} items twice)")
+            found["items"].extend(config["items"])
+            found["wall_s"] = found["wall_s"] + config["wall_s"]
+    configs = list(pooled.values())
+    for config in configs[1:]:
+        if sorted(i["id"] for i in config["items"]) != sorted(i["id"] for i in configs[0]["items"]):
+            raise ValueError(f"configuration {config['policy']}@{config['budget']:g} answered other items than "
+                             f"{configs[0]['policy']}@{configs[0]['budget']:g}")
+    merged = dict(records[0])
+    merged["configs"] = [config_entry(c) for c in configs_from_record({"configs": configs})]
+    merged["n_items"] = len(configs[0]["items"]) if configs else 0
+    merged["categories"] = list(dict.fromkeys(c for record in records for c in record["categories"]))
+    for key in ("split", "ids_file", "limit"):  # what chose the items: one value, or see "runs"
+        if any(record.get(key) != merged.get(key) for record in records):
+            merged[key] = None
     merged["runs"] = [{key: record[key] for key in ("command", "date", "commit", "machine")} for record in records]
     return merged
 
@@ -457,7 +489,7 @@ def _run_lines(record: dict) -> list[str]:
         run = runs[0]
         return [f"- command: `{run['command']}`", f"- date: {run['date']}",
                 f"- machine: {run['machine']['uname']}; nproc {run['machine']['nproc']}", f"- commit: {run['commit']}"]
-    lines = [f"- {len(runs)} runs over the same items, shown side by side:"]
+    lines = [f"- {len(runs)} runs, side by side (a configuration's runs over other items pooled):"]
     for run in runs:
         lines.append(f"  - `{run['command']}` ({run['date']}, commit {run['commit']}, "
                      f"{run['machine']['uname']}; nproc {run['machine']['nproc']})")
@@ -593,18 +625,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "n_items": len(items),
         "complete": error is None,
         **({} if error is None else {"error": error}),
-        "configs": [
-            {
-                "policy": c.policy,
-                "budget": c.budget,
-                "average": c.average(),
-                "categories": {k: {"n": s.n, "correct": s.correct, "accuracy": s.accuracy} for k, s in c.scores().items()},
-                "wall_s": c.wall_s,
-                "server": c.server,
-                "items": [r.__dict__ for r in c.items],
-            }
-            for c in configs
-        ],
+        "configs": [config_entry(c) for c in configs],
     }
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

@@ -109,7 +109,7 @@ def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path, cap
     merged_md, merged_json = tmp_path / "merged.md", tmp_path / "merged.json"
     assert main(["--from-json", str(full), str(snapkv), "--markdown", str(merged_md), "--json", str(merged_json)]) == 0
     markdown = merged_md.read_text()
-    assert "full@1" in markdown and "snapkv@0.33" in markdown and "2 runs over the same items" in markdown
+    assert "full@1" in markdown and "snapkv@0.33" in markdown and "- 2 runs, side by side" in markdown
     # Full KV is the default reference of the paired differences; the stub answers alike under both.
     assert "| config | minus full@1 |" in markdown and "| snapkv@0.33 | +0.0 [+0.0, +0.0] |" in markdown
     assert main(["--from-json", str(full), str(snapkv), "--compare-to", "full@1.0", "snapkv@0.33",
@@ -128,12 +128,44 @@ def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path, cap
     record = json.loads(merged_json.read_text())
     assert [(c["policy"], c["budget"]) for c in record["configs"]] == [("full", 1.0), ("snapkv", 0.33)]
     assert len(record["runs"]) == 2
-    # Runs over other items, or the same configuration twice, are refused.
+    # A configuration that answered an item twice is refused.
     assert main(["--url", url, "--categories", *CATEGORIES, "--limit", "1", "--json", str(fewer)]) == 0
     for files in ([full, fewer], [full, full]):
         with pytest.raises(SystemExit) as exit_info:
             main(["--from-json", *map(str, files)])
         assert exit_info.value.code == 2
+    assert "configuration full@1 answered simple_python_0 in more than one run (2 items twice)" in capsys.readouterr().err
+
+
+def test_runs_of_a_configuration_over_disjoint_items_pool_into_one_table(stub_server, tmp_path, capsys):
+    url, _ = stub_server
+    items = select_items(CATEGORIES, None, None, 2)
+    batches = {"first": items[0::2], "second": items[1::2]}  # the stub answers the first items right
+    runs = {}
+    for batch, chosen in batches.items():
+        ids = tmp_path / f"{batch}.txt"
+        ids.write_text("\n".join(it.id for it in chosen) + "\n")
+        for policy, budget in (("full", "1"), ("snapkv", "0.33")):
+            runs[policy, batch] = tmp_path / f"{policy}_{batch}.json"
+            assert main(["--url", url, "--ids", str(ids), "--policies", policy, "--budgets", budget,
+                         "--json", str(runs[policy, batch])]) == 0
+    pooled_json, pooled_md = tmp_path / "pooled.json", tmp_path / "pooled.md"
+    assert main(["--from-json", *map(str, runs.values()), "--json", str(pooled_json), "--markdown", str(pooled_md)]) == 0
+    record = json.loads(pooled_json.read_text())
+    assert record["n_items"] == 4 and record["ids_file"] is None and len(record["runs"]) == 4
+    for config in record["configs"]:
+        assert [i["id"] for i in config["items"]] == [it.id for it in [*batches["first"], *batches["second"]]]
+        assert config["average"] == 50.0 and config["categories"]["simple_python"] == {
+            "n": 2, "correct": 1, "accuracy": 50.0}
+        assert config["wall_s"] == pytest.approx(sum(
+            json.loads(runs[config["policy"], batch].read_text())["configs"][0]["wall_s"] for batch in batches))
+    markdown = pooled_md.read_text()
+    assert "| simple_python | 50.0 (1/2) | 50.0 (1/2) |" in markdown and "- 4 runs, side by side" in markdown
+    # Configurations that end with different items are refused.
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--from-json", str(runs["full", "first"]), str(runs["full", "second"]), str(runs["snapkv", "first"])])
+    assert exit_info.value.code == 2
+    assert "configuration snapkv@0.33 answered other items than full@1" in capsys.readouterr().err
 
 
 def test_bench_sends_the_chosen_grammar(stub_server):
