@@ -40,7 +40,7 @@ import shlex
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import as_completed
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Sequence
@@ -62,6 +62,7 @@ from sglang_pask.bfcl.report import (
 )
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
 from sglang_pask.cli_paths import output_file
+from sglang_pask.request_pool import request_pool
 from sglang_pask.server_process import ServerProcess, ServerStartError
 
 from bench.common import exit_on_sigterm, git_commit, read_json_files, refuse_flags_given, run_exit_status
@@ -279,7 +280,7 @@ def run_config(
     model = served_model(url)
     results: dict[str, ItemResult] = {}
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+    with request_pool(args.concurrency) as pool:
         futures = [
             pool.submit(ask, url, model, item, args.grammar, args.max_tokens, args.request_timeout)
             for item in items

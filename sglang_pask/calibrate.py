@@ -59,7 +59,6 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -261,6 +260,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from sglang_pask.bfcl.split import split_items
     from sglang_pask.default_model import ensure_default_model
     from sglang_pask.policy.pask_file import save_policy_file, table_to_json
+    from sglang_pask.request_pool import request_pool
     from sglang_pask.server_process import ServerProcess
     from sglang_pask.structure.roles import Role
 
@@ -299,7 +299,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         def run_all(probes: Sequence[dict], bar: Any, subset: Sequence[Any]) -> list[list[ItemRun]]:
             """Every item of ``subset`` under every probe, all in one queue (no probe waits for the
             last item of the one before); ``(len(probes), len(subset))`` runs."""
-            with ThreadPoolExecutor(max_workers=args.concurrency) as pool:
+            with request_pool(args.concurrency) as pool:
                 futures = [[pool.submit(run, item, probe) for item in subset] for probe in probes]
                 for row in futures:
                     for future in row:

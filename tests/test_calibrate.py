@@ -1,10 +1,13 @@
-"""``python -m sglang_pask.calibrate``: the floor and share rules, and a run on the tiny model."""
+"""``python -m sglang_pask.calibrate``: the floor and share rules, a run on the tiny model, and SIGTERM."""
 
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -219,3 +222,35 @@ def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, 
                     "--budget", "0.5", "--out", str(refitted))
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(refitted.read_text())["role_frequencies"] == pytest.approx(recorded["keep"])
+
+
+@pytest.mark.server
+def test_sigterm_mid_stage_stops_the_calibration_and_its_server_without_sending_the_queued_probes(
+        tiny_model_dir, tmp_path):
+    model = tmp_path / "model"  # a path of this test's own, to find its server by
+    model.symlink_to(tiny_model_dir, target_is_directory=True)
+    server_pattern = f"model-path {model} --kv-policy full"
+    out = tmp_path / "policy.json"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "sglang_pask.calibrate", "--model-path", str(model), "--out", str(out),
+         "--kv-layer-groups", "0-0,1-1", "--max-tokens", "128", "--concurrency", "2"],
+        stderr=subprocess.PIPE, text=True)
+    seen = ""
+    try:
+        while "baseline (full KV):" not in seen or "| 1/" not in seen:  # the first answer is in
+            chunk = process.stderr.read(1)
+            assert chunk, f"calibration ended early: {seen[-2000:]}"
+            seen += chunk
+        process.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
+        assert process.wait(timeout=120) == 128 + signal.SIGTERM
+        # The split's 235 items at up to 128 tokens take minutes; the queued ones are not sent
+        # (with them, this took over two minutes).
+        elapsed = time.monotonic() - stopped
+        assert elapsed < 30, f"{elapsed:.0f} s after SIGTERM"
+        running = subprocess.run(["pgrep", "-f", server_pattern], capture_output=True, text=True).stdout
+        assert running == "", "the calibration server outlived it"
+        assert not out.exists()
+    finally:
+        process.kill()
+        subprocess.run(["pkill", "-9", "-f", server_pattern], check=False)
