@@ -303,7 +303,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 futures = [[pool.submit(run, item, probe) for item in subset] for probe in probes]
                 for row in futures:
                     for future in row:
-                        future.add_done_callback(lambda _: bar.update(1))
+                        future.add_done_callback(lambda done: done.cancelled() or bar.update(1))
                 return [[future.result() for future in row] for row in futures]
 
         def error_rates(probes: Sequence[dict], bar: Any) -> list[float]:

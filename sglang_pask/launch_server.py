@@ -185,9 +185,10 @@ def attention_backend_flags(config: PaskConfig, sglang_argv: list[str], gpu: boo
     """SGLang flags for an attention backend that reads the layer groups' KV, or a ConfigError.
 
     Every backend flag given must name one of :data:`LAYER_GROUP_BACKENDS`; without one, the
-    backend is ``triton`` on a GPU and ``torch_native`` on a CPU. On a GPU, CUDA graphs are turned
-    off (compression runs in Python between layers and the read lists change every step). On a CPU, triton runs only under Triton's interpreter
-    (``TRITON_INTERPRET=1``), which computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``.
+    backend is ``triton`` on a GPU and ``torch_native`` on a CPU (StructKV runs on both). On a GPU,
+    CUDA graphs are turned off (compression runs in Python between layers and the read lists change
+    every step). On a CPU, triton runs only under Triton's interpreter (``TRITON_INTERPRET=1``), which
+    computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``.
     """
     used = []
     for flag in _BACKEND_FLAGS:

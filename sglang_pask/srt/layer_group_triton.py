@@ -54,6 +54,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
             _refuse_unsupported_backend(self)
         self._stock_metadata: Optional[ForwardMetadata] = None
         self._group_metadata: dict[int, ForwardMetadata] = {}
+        self._pruned: dict[tuple[int, tuple[int, ...]], ForwardMetadata] = {}
 
     def init_forward_metadata(self, forward_batch: Any) -> None:
         super().init_forward_metadata(forward_batch)
@@ -66,6 +67,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         self._begin_forward(forward_batch)
         self._stock_metadata = self.forward_metadata
         self._group_metadata = {}
+        self._pruned = {}
 
     def _metadata_of_group(self, group: int, is_extend: bool) -> ForwardMetadata:
         """SGLang's metadata of this forward with ``kv_indptr`` ``(batch + 1,)`` int32 and
@@ -113,7 +115,10 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         metadata = self._metadata_of_group(group, is_extend)
         stock_loc = forward_batch.out_cache_loc
         if prune is not None:
-            metadata = self._pruned_metadata(metadata, prune)
+            key = (group, tuple(prune.counts))  # the rows change only where a request prunes
+            if key not in self._pruned:
+                self._pruned[key] = self._pruned_metadata(metadata, prune)
+            metadata = self._pruned[key]
             forward_batch.out_cache_loc = prune.out_cache_loc
         self.forward_metadata = metadata
         try:
