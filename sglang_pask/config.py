@@ -352,7 +352,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         metavar="FILE",
         help="Calibrated PASK policy file for --kv-policy pask (python -m sglang_pask.calibrate writes one; "
-        "default: the file shipped for the default model).",
+        "default: the file shipped for the served model and --kv-decode mode, if one ships).",
     )
     group.add_argument(
         "--structkv",

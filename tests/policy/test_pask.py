@@ -188,15 +188,17 @@ def test_pask_without_a_table_is_the_plain_fill():
     assert torch.equal(pooled.keep, get_policy("snapkv").select(positions, roles, scores, 20, 4, 64).keep)
 
 
-@pytest.mark.parametrize("kv_decode", ["compress", "keep"])
-def test_the_shipped_policy_loads_for_the_default_model_and_fits_its_budget(kv_decode):
+@pytest.mark.parametrize("model, kv_decode", [("Qwen2.5-Coder-0.5B-Instruct", "compress"),
+                                               ("Qwen2.5-Coder-0.5B-Instruct", "keep"),
+                                               ("Qwen2.5-Coder-1.5B-Instruct", "keep")])
+def test_a_shipped_policy_loads_for_its_model_and_fits_its_budget(model, kv_decode):
     from sglang_pask.policy.resolve import CALIBRATED_DIR, shipped_policy_file
 
-    path = shipped_policy_file("Qwen2.5-Coder-0.5B-Instruct", kv_decode)
+    path = shipped_policy_file(model, kv_decode)
     assert path is not None and path.parent == CALIBRATED_DIR
     data = json.loads(path.read_text())
     ranges = [range(first, last + 1) for first, last in data["layer_groups"]]
-    table = load_policy_file(path, data["model"]["num_layers"], ranges, "Qwen2.5-Coder-0.5B-Instruct", kv_decode)
+    table = load_policy_file(path, data["model"]["num_layers"], ranges, model, kv_decode)
     budget = data["calibration"]["budget"]
     policy = get_policy("pask", table=table)
     budgets = policy.group_budgets(budget, len(ranges), [len(r) for r in ranges])
