@@ -28,6 +28,12 @@ the embedded default model, the CPU engine when there is no GPU)::
 
     python -m bench.bfcl --server-args "" --policies full pask --budgets 0.33 0.2 \\
         --split eval --limit 20 --json out.json --plot out.png
+
+PASK with a policy file of its own beside the baselines (``--pask-policy`` reaches the pask servers
+only; the launcher refuses it for other policies)::
+
+    python -m bench.bfcl --server-args "--kv-decode keep" --pask-policy policy.json \
+        --policies full pask streaming-llm --budgets 0.28 --split eval --limit 16
 """
 
 from __future__ import annotations
@@ -69,9 +75,10 @@ from bench.common import exit_on_sigterm, git_commit, read_json_files, refuse_fl
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_POLICY = "full"
+PASK_POLICY = "pask"
 LIVE_RUN_FLAGS: tuple[str, ...] = ("categories", "limit", "ids", "split", "policies", "budgets", "grammar",
                                     "concurrency", "max_tokens", "request_timeout", "port", "server_timeout",
-                                    "radix_cache", "log_dir")
+                                    "radix_cache", "log_dir", "pask_policy")
 """Destinations of the flags that shape a run only, refused with ``--from-json``."""
 
 
@@ -296,10 +303,15 @@ def run_config(
     return ConfigResult(policy=policy, budget=budget, items=ordered, wall_s=wall, server={"url": url, "model": model})
 
 
-def server_flags(server_args: str, policy: str, budget: float, radix_cache: bool) -> list[str]:
+def server_flags(server_args: str, policy: str, budget: float, radix_cache: bool,
+                 pask_policy: str | None = None) -> list[str]:
     """Launcher arguments of one configuration's server: ``server_args`` (shell syntax), the policy and
-    budget, and ``--disable-radix-cache`` unless ``radix_cache`` (or ``server_args`` already has it)."""
+    budget, ``--pask-policy pask_policy`` for the ``pask`` configurations only (the launcher refuses it
+    for every other policy), and ``--disable-radix-cache`` unless ``radix_cache`` (or ``server_args``
+    already has it)."""
     flags = [*shlex.split(server_args), "--kv-policy", policy, "--kv-budget", f"{budget:g}"]
+    if pask_policy is not None and policy == PASK_POLICY:
+        flags += ["--pask-policy", pask_policy]
     if not radix_cache and "--disable-radix-cache" not in flags:
         flags.append("--disable-radix-cache")
     return flags
@@ -336,6 +348,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="answer constraint (regex: same language as ebnf, but 10-450 s to compile per item on CPU; "
                         "ebnf-strict: the function docs enforced as strict tools: declared order, required "
                         "arguments, value types and enums, see sglang_pask.bfcl.strict_grammar)")
+    p.add_argument("--pask-policy", metavar="JSON",
+                   help="PASK policy file of the pask servers only (None: the launcher's default, the file shipped "
+                        "for the served model); the launcher refuses --pask-policy for other policies, so with "
+                        "several policies it goes here and not in --server-args")
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     p.add_argument("--max-tokens", type=int, default=256, help="answer length cap")
     p.add_argument("--request-timeout", type=float, default=900.0,
@@ -396,6 +412,30 @@ def comparison_references(configs: Sequence[ConfigResult], labels: Sequence[str]
     return references
 
 
+def _check_pask_policy(args: argparse.Namespace, policies: Sequence[str]) -> None:
+    """Refuse a PASK policy file that no server would read, or one placed where the launcher refuses it.
+
+    Raises
+    ------
+    ValueError
+        If ``--pask-policy`` is given with ``--url`` (the running server has its policy), without
+        ``pask`` among ``policies``, or names no file; or if ``--server-args`` holds ``--pask-policy``
+        while a policy other than ``pask`` runs.
+    """
+    if args.pask_policy is not None:
+        if args.url is not None:
+            raise ValueError("--pask-policy: a running server (--url) has its policy already")
+        if PASK_POLICY not in policies:
+            raise ValueError(f"--pask-policy: no pask configuration to use it (--policies {' '.join(policies)})")
+        if not Path(args.pask_policy).is_file():
+            raise ValueError(f"--pask-policy: no such file: {args.pask_policy}")
+    others = [p for p in policies if p != PASK_POLICY]
+    if args.server_args is not None and others and any(
+            flag == "--pask-policy" or flag.startswith("--pask-policy=") for flag in shlex.split(args.server_args)):
+        raise ValueError(f"--server-args holds --pask-policy, which the launcher refuses for {', '.join(others)}: "
+                         f"give it as the bench's own --pask-policy (used by the pask servers only)")
+
+
 def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
     args.categories = list(check_categories(_split_words(args.categories)))
     policies = _split_words(args.policies)
@@ -408,6 +448,7 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
         raise ValueError(f"--max-tokens must be at least 1, got {args.max_tokens}")
     if args.url is None and args.server_args is None:
         raise ValueError("give --url (a running server), --server-args (start servers) or --from-json")
+    _check_pask_policy(args, policies)
     if args.url is not None and len(configurations(policies, budgets)) != 1:
         raise ValueError("with --url the server has one configuration: give one policy and one budget")
     if args.compare_to is not None:
@@ -592,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         log_dir = Path(args.log_dir or tempfile.mkdtemp(prefix="bench_bfcl_logs_"))
         for policy, budget in grid:
-            server_args = server_flags(args.server_args, policy, budget, args.radix_cache)
+            server_args = server_flags(args.server_args, policy, budget, args.radix_cache, args.pask_policy)
             log_path = log_dir / f"server_{policy}_{budget:g}.log"
             server = ServerProcess(server_args, log_path, port=args.port)
             print(f"starting server {policy}@{budget:g} on {server.url}, log {log_path}")

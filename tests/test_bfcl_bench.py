@@ -201,6 +201,33 @@ def test_servers_started_by_the_bench_run_without_the_radix_cache_unless_asked()
     assert server_flags("--disable-radix-cache", "full", 1.0, radix_cache=False).count("--disable-radix-cache") == 1
 
 
+def test_the_bench_gives_its_pask_policy_file_to_the_pask_servers_only(tmp_path):
+    policy_file = str(tmp_path / "policy.json")
+    assert server_flags("", "pask", 0.28, radix_cache=True, pask_policy=policy_file) == [
+        "--kv-policy", "pask", "--kv-budget", "0.28", "--pask-policy", policy_file]
+    assert "--pask-policy" not in server_flags("", "full", 1.0, radix_cache=True, pask_policy=policy_file)
+    assert "--pask-policy" not in server_flags("", "snapkv", 0.28, radix_cache=True, pask_policy=policy_file)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--server-args", "", "--policies", "full", "snapkv", "--pask-policy", "{file}"],
+     "--pask-policy: no pask configuration to use it (--policies full snapkv)"),
+    (["--server-args", "", "--policies", "pask", "--pask-policy", "{missing}"], "--pask-policy: no such file: "),
+    (["--url", "http://127.0.0.1:9", "--policies", "pask", "--budgets", "0.3", "--pask-policy", "{file}"],
+     "--pask-policy: a running server (--url) has its policy already"),
+    (["--server-args=--kv-layer-groups 4 --pask-policy {file}", "--policies", "full", "pask"],
+     "--server-args holds --pask-policy, which the launcher refuses for full: give it as the bench's own"),
+])
+def test_a_pask_policy_file_no_server_would_read_is_refused_before_any_server_starts(tmp_path, capsys, flags,
+                                                                                     message):
+    policy_file = tmp_path / "policy.json"
+    policy_file.write_text("{}")
+    argv = [f.format(file=policy_file, missing=tmp_path / "missing.json") for f in flags]
+    with pytest.raises(SystemExit) as exit_info:
+        main([*argv, "--categories", *CATEGORIES, "--limit", "1"])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_a_configuration_whose_server_dies_ends_the_run_but_keeps_the_finished_ones(stub_server, tmp_path,
                                                                                     monkeypatch, capsys):
     import bench.bfcl as bfcl
