@@ -71,7 +71,8 @@ from sglang_pask.cli_paths import output_file
 from sglang_pask.request_pool import request_pool
 from sglang_pask.server_process import ServerProcess, ServerStartError
 
-from bench.common import exit_on_sigterm, git_commit, read_json_files, refuse_flags_given, run_exit_status
+from bench.common import (exact_mcnemar_p, exit_on_sigterm, git_commit, read_json_files, refuse_flags_given,
+                          run_exit_status)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_POLICY = "full"
@@ -546,12 +547,52 @@ _RADIX_NOTE = {True: ", radix cache on", False: ", radix cache off"}
 COMPARISON_LEVEL = 0.95
 
 
+def disagreements(config: ConfigResult, reference: ConfigResult) -> tuple[int, int]:
+    """Items only ``config`` answered right, and items only ``reference`` did, paired by item id.
+
+    Raises
+    ------
+    ValueError
+        If the two did not answer the same items.
+    """
+    mine = {r.id: r.valid for r in config.items}
+    theirs = {r.id: r.valid for r in reference.items}
+    if mine.keys() != theirs.keys():
+        raise ValueError(f"{config.label} and {reference.label} did not answer the same items, "
+                         "so their answers cannot be paired")
+    only_mine = sum(valid and not theirs[item] for item, valid in mine.items())
+    only_theirs = sum(valid and not mine[item] for item, valid in theirs.items())
+    return only_mine, only_theirs
+
+
+def format_item_by_item(configs: Sequence[ConfigResult], references: Sequence[ConfigResult]) -> str:
+    """Markdown table: per configuration and reference, the items only one of the two answered right
+    (``only this : only the reference``) and the exact two-sided McNemar p of that split
+    (:func:`bench.common.exact_mcnemar_p`); a configuration is not compared with itself (``-``)."""
+    lines = ["| config | " + " | ".join(f"against {ref.label}" for ref in references) + " |",
+             "|---|" + "---:|" * len(references)]
+    for config in configs:
+        cells = []
+        for ref in references:
+            if config is ref:
+                cells.append("-")
+                continue
+            only_config, only_ref = disagreements(config, ref)
+            cells.append(f"{only_config} : {only_ref} (p = {exact_mcnemar_p(only_config, only_ref):.2g})")
+        lines.append(f"| {config.label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _differences_lines(configs: Sequence[ConfigResult], references: Sequence[ConfigResult]) -> list[str]:
-    """The --compare-to table under its heading, then a blank line; nothing when there is nothing to compare."""
+    """The --compare-to tables (differences of the averages, then item by item) under their headings,
+    each followed by a blank line; nothing when there is nothing to compare."""
     if not references or len(configs) < 2:
         return []
     return [f"Difference of the averages in points, [{COMPARISON_LEVEL:.0%} interval] by a paired bootstrap "
-            "that redraws each category's items:", "", format_differences(configs, references, COMPARISON_LEVEL), ""]
+            "that redraws each category's items:", "", format_differences(configs, references, COMPARISON_LEVEL), "",
+            "Item by item: items only the row's configuration answered right : items only the column's did "
+            "(exact two-sided McNemar p; a small p says more than the luck of the items drawn):", "",
+            format_item_by_item(configs, references), ""]
 
 
 def _report_markdown(record: dict, configs: Sequence[ConfigResult], references: Sequence[ConfigResult]) -> str:

@@ -13,9 +13,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from bench.bfcl import build_parser, main, select_items, server_flags
+from bench.bfcl import build_parser, disagreements, format_item_by_item, main, select_items, server_flags
 from sglang_pask.bfcl.oracle import oracle_answer
 from sglang_pask.bfcl.prompt import build_messages
+from sglang_pask.bfcl.report import ConfigResult, ItemResult
 
 CATEGORIES = ["simple_python", "parallel_multiple"]
 # Requests with this answer cap get a slow reply for the second item (see stub_server).
@@ -289,3 +290,25 @@ def test_from_json_refuses_a_non_json_file(tmp_path, capsys):  # the shared read
     with pytest.raises(SystemExit) as exit_info:
         main(["--from-json", str(path)])
     assert exit_info.value.code == 2 and "--from-json: " in capsys.readouterr().err
+
+
+def _config(policy: str, budget: float, verdicts: dict[str, bool]) -> ConfigResult:
+    """A configuration whose items (all ``simple_python``) have these verdicts."""
+    items = [ItemResult(id=i, category="simple_python", output="", valid=v, error_type="", latency_s=0.0,
+                        prompt_tokens=1, completion_tokens=1, finish_reason="stop") for i, v in verdicts.items()]
+    return ConfigResult(policy, budget, items)
+
+
+def test_item_by_item_counts_the_items_only_one_side_answered_and_tests_the_split():
+    # a: right on 0-9 and 12; b: right on 10-12. Only a: 10 items, only b: 2 (12 is right for both).
+    a = _config("pask", 0.28, {f"i{k}": k < 10 or k == 12 for k in range(14)})
+    b = _config("full", 1.0, {f"i{k}": k >= 10 and k != 13 for k in range(14)})
+    assert disagreements(a, b) == (10, 2) and disagreements(b, a) == (2, 10)
+    table = format_item_by_item([b, a], [b])
+    # Exact two-sided sign test: P(X <= 2 | n = 12, 1/2) * 2 = 2 * 79 / 4096.
+    assert table.splitlines() == ["| config | against full@1 |", "|---|---:|", "| full@1 | - |",
+                                  f"| pask@0.28 | 10 : 2 (p = {2 * 79 / 4096:.2g}) |"]
+    other_items = _config("snapkv", 0.28, {"x": True})
+    with pytest.raises(ValueError, match="did not answer the same items"):
+        disagreements(other_items, b)
+
