@@ -11,7 +11,8 @@ xgrammar 11 s to compile for a one-function item and 450 s for a 37-function one
 model's 151k-token vocabulary on the 2-core CPU, EBNF 0.1-0.3 s), many requests in flight so that
 the server batches them. BFCL's own AST checker scores every answer. Prints a table per configuration
 and, against ``--compare-to`` (full KV by default), each configuration's difference in points with its
-95% paired bootstrap interval over the items; writes the JSON (``--json``), a markdown report
+95% paired bootstrap interval over the items and, item by item, the items only one of the two
+answered right with the exact McNemar p; writes the JSON (``--json``), a markdown report
 (``--markdown``) and a PNG of average accuracy against budget (``--plot``).
 
 Policy ``full`` keeps every token, so it runs once (budget 1.0) whatever ``--budgets`` says, and is
