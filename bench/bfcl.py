@@ -33,7 +33,7 @@ the embedded default model, the CPU engine when there is no GPU)::
 PASK with a policy file of its own beside the baselines (``--pask-policy`` reaches the pask servers
 only; the launcher refuses it for other policies)::
 
-    python -m bench.bfcl --server-args "--kv-decode keep" --pask-policy policy.json \
+    python -m bench.bfcl --server-args "--kv-decode keep" --pask-policy policy.json \\
         --policies full pask streaming-llm --budgets 0.28 --split eval --limit 16
 """
 
