@@ -1,6 +1,6 @@
 """SGLang's ``/generate`` contract check, extended with this project's request fields.
 
-* ``return_kv_roles`` (a sampling parameter, :mod:`.role_output`);
+* ``return_kv_roles`` and ``return_kv_kept`` (sampling parameters, :mod:`.request_flags`);
 * ``custom_params["pask_probe"]``, a calibration request's probe (:mod:`.request_roles`): checked
   here so that a malformed probe is a clear HTTP 400, not a scheduler-side surprise;
 
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from sglang_pask.config import PaskConfig
 from sglang_pask.srt.request_roles import ALL_GROUPS_LABEL, PROBE_PARAM, probe_error
-from sglang_pask.srt.role_output import contract_error_with_role_flag
+from sglang_pask.srt.request_flags import contract_error_with_flags
 
 
 def contract_error(original: Any, body: Any) -> Optional[str]:
@@ -29,7 +29,7 @@ def contract_error(original: Any, body: Any) -> Optional[str]:
                 error = probe_error(custom[PROBE_PARAM]) or _group_error(custom[PROBE_PARAM])
                 if error is not None:
                     return error
-    return contract_error_with_role_flag(original, body)
+    return contract_error_with_flags(original, body)
 
 
 def _group_error(probe: dict) -> Optional[str]:

@@ -37,23 +37,20 @@ def register(config: PaskConfig) -> None:
     from sglang_pask.srt.layer_group_triton import LayerGroupTritonAttnBackend
     from sglang_pask.srt.layer_group_admission import reserve_running_requests
     from sglang_pask.srt.role_grammar import RoleTrackingGrammarBackend
-    from sglang_pask.srt.role_output import (
-        ROLE_KEYS,
-        drop_absent_fields,
-        sampling_params_with_role_flag,
-    )
+    from sglang_pask.srt.request_flags import sampling_params_with_flags
+    from sglang_pask.srt.role_output import ROLE_KEYS, drop_absent_fields
 
     HookRegistry.register(_INTERNAL_STATE, _report_state(config), HookType.AFTER)
     # Structural roles (scheduler): every xgrammar grammar keeps a role track of its request.
     HookRegistry.register(_XGRAMMAR_BACKEND, RoleTrackingGrammarBackend, HookType.REPLACE)
     # Responses: kv_roles / kv_prompt_roles when asked, kv_stats always.
     HookRegistry.register(_OUTPUT_STREAMER_CLASS, lambda result, *a, **k: PaskOutputStreamer, HookType.AFTER)
-    # return_kv_roles (tokenizer manager): accept the sampling parameter, report only when asked;
-    # calibration probes are checked there too.
+    # return_kv_roles, return_kv_kept (tokenizer manager): accept the sampling parameters, report
+    # only when asked; calibration probes are checked there too.
     HookRegistry.register(_GENERATE_CONTRACT, contract_error, HookType.AROUND)
     # Prompts the engine would die on (tokenizer manager): HTTP 400 instead.
     HookRegistry.register(_VALIDATE_REQUEST, reject_unservable_prompt, HookType.BEFORE)
-    HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_role_flag(sampling_params_with_role_flag), HookType.AFTER)
+    HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_flags(sampling_params_with_flags), HookType.AFTER)
     HookRegistry.register(_UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND)
     # Layer-group KV pool (scheduler): pool, allocator, views, attention, leak check.
     HookRegistry.register(_CONFIGURATOR + "._build_mha_kv_pool", groups.pool_builder(config), HookType.AROUND)
@@ -99,8 +96,9 @@ def _report_state(config: PaskConfig):
     return add_state
 
 
-def _accept_role_flag(factory):
-    """AFTER hook of ``TokenizerManager.__init__``: its sampling-params class accepts return_kv_roles."""
+def _accept_flags(factory):
+    """AFTER hook of ``TokenizerManager.__init__``: its sampling-params class accepts return_kv_roles
+    and return_kv_kept."""
 
     def install(result: Any, manager: Any, *args: Any, **kwargs: Any) -> Any:
         manager.sampling_params_class = factory

@@ -2,9 +2,12 @@
 
 Every finished request served by a layer-group pool carries ``{"full_tokens": n, "kept_tokens":
 [k_0, ...], "budget": b, "group_budgets": [...], "policy": name}``: its final length, the positions
-each layer group read at its last step, and the budgets. Under StructKV, ``"structkv"`` adds what its
-prefill did (:meth:`~.structkv_pass.StructKVPass.report`: pivot, skeleton, rows per layer). The path is the same as the role fields'
-(:mod:`.role_output`): SGLang's ``customized_info`` from the scheduler's output streamer.
+each layer group read at its last step, and the budgets. A request that asked with the sampling
+parameter ``"return_kv_kept": true`` also gets ``"kept_positions"``: per group, those positions
+themselves, ascending. Under StructKV, ``"structkv"`` adds what its prefill did
+(:meth:`~.structkv_pass.StructKVPass.report`: pivot, skeleton, rows per layer). The path is the same
+as the role fields' (:mod:`.role_output`): SGLang's ``customized_info`` from the scheduler's output
+streamer.
 """
 
 from __future__ import annotations

@@ -10,7 +10,8 @@ Hooks (registered by :mod:`.hooks`):
   (:class:`~.kv_views.KVViewTable`) with the policy and its group budgets.
 * ``KVCacheConfigurator.configure`` (AFTER): the scheduler's token capacity becomes ``V``.
 * ``ReqToTokenPool.free`` / ``free_rows`` (AROUND): a request leaving the pool leaves the views;
-  its final KV statistics go on the request (``req.pask_kv_stats``) for its response.
+  its final KV statistics go on the request (``req.pask_kv_stats``) for its response, with the
+  positions each group kept if the request asked (``return_kv_kept``).
 * ``InvariantChecker._check_full_pool`` (AROUND): the idle leak check counts virtual ids and checks
   every group's slot conservation.
 
@@ -33,6 +34,7 @@ from sglang_pask.policy import KVPolicy, plan_group_budgets
 from sglang_pask.policy.resolve import build_policy
 from sglang_pask.srt.group_sizing import fixed_group_slots, group_slot_counts, virtual_slot_count
 from sglang_pask.srt.kv_views import KVViewTable, RequestView
+from sglang_pask.srt.request_flags import KEPT_FLAG, wants
 from sglang_pask.srt.request_roles import RequestRoles
 from sglang_pask.srt.layer_group_pool import (
     LayerGroupAllocator,
@@ -55,14 +57,15 @@ class ActivePool:
     views: Optional[KVViewTable] = None
     requests: Optional[RequestRoles] = None
 
-    def kept_tokens(self, row: int, request: RequestView, req_to_token: torch.Tensor) -> list[int]:
-        """``(num_groups,)``: the positions each group read for the request at its last step that the
-        pool still holds (a shared prefix may lack tokens that an earlier request dropped)."""
-        counts = []
+    def held_positions(self, row: int, request: RequestView, req_to_token: torch.Tensor) -> list[torch.Tensor]:
+        """``(num_groups,)`` of ``(k_g,)`` int64 ascending: the positions each group read for the
+        request at its last step that the pool still holds (a shared prefix may lack tokens that an
+        earlier request dropped)."""
+        held = []
         for group, view in enumerate(request.groups):
             positions = view.positions(request.seq_len, req_to_token.device)
-            counts.append(int((self.pool.physical(group, req_to_token[row, positions]) > 0).sum()))
-        return counts
+            held.append(positions[self.pool.physical(group, req_to_token[row, positions]) > 0].cpu())
+        return held
 
     def usage(self) -> dict[str, Any]:
         """Pool usage now (and peaks since start): requests holding KV, per group slots and bytes in
@@ -203,18 +206,21 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
     state = _ACTIVE
     row = int(req.kv.req_pool_idx)
     request = state.views.views.get(row) if state is not None and state.views is not None else None
-    kept = state.kept_tokens(row, request, req_pool.req_to_token) if request is not None else None
+    held = state.held_positions(row, request, req_pool.req_to_token) if request is not None else None
     result = original(req_pool, req)  # frees the row through free_rows, which drops the views
     if state is not None and state.views is not None:
         state.views.release(row)
         if request is not None:
+            assert held is not None
             stats = {
                 "full_tokens": request.seq_len,
-                "kept_tokens": kept,
+                "kept_tokens": [int(positions.numel()) for positions in held],
                 "budget": state.config.kv_budget,
                 "group_budgets": state.budgets,
                 "policy": state.config.kv_policy,
             }
+            if wants(req, KEPT_FLAG):
+                stats["kept_positions"] = [positions.tolist() for positions in held]
             if request.prefill is not None:
                 stats["structkv"] = request.prefill
             if request.probe is not None and request.probe.distortion_budget is not None:

@@ -1,6 +1,7 @@
 """``return_kv_roles``: the structural roles of a request's tokens in its response ``meta_info``.
 
-A request asks with the sampling parameter ``"return_kv_roles": true``; its response then carries
+A request asks with the sampling parameter ``"return_kv_roles": true`` (:mod:`.request_flags`); its
+response then carries
 
 * ``meta_info["kv_roles"]``: one role label per output token (same length as the output ids), the
   scheduler's role track of the request (:class:`~sglang_pask.srt.role_grammar.RoleTrackedGrammar`,
@@ -18,50 +19,14 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
-from sglang.srt.sampling.sampling_params import SamplingParams
 
+from sglang_pask.srt.request_flags import ROLES_FLAG, wants
 from sglang_pask.srt.role_grammar import process_vocab, request_grammar_roles, role_grammar_for
 from sglang_pask.structure import LABELS, Role, TokenVocab, tag_prompt_ids
 
-REQUEST_FLAG = "return_kv_roles"
 OUTPUT_ROLES_KEY = "kv_roles"
 PROMPT_ROLES_KEY = "kv_prompt_roles"
 ROLE_KEYS = (OUTPUT_ROLES_KEY, PROMPT_ROLES_KEY)
-
-
-def sampling_params_with_role_flag(**kwargs: Any) -> SamplingParams:
-    """SGLang's SamplingParams, accepting ``return_kv_roles`` (carried in ``custom_params``)."""
-    flag = kwargs.pop(REQUEST_FLAG, None)
-    if flag is not None:
-        if not isinstance(flag, bool):
-            raise ValueError(f"sampling parameter {REQUEST_FLAG} must be true or false, got {flag!r}")
-        kwargs["custom_params"] = {**(kwargs.get("custom_params") or {}), REQUEST_FLAG: flag}
-    return SamplingParams(**kwargs)
-
-
-def contract_error_with_role_flag(original: Any, body: Any) -> Optional[str]:
-    """AROUND hook of SGLang's ``/generate`` contract check: ``return_kv_roles`` is a known sampling
-    parameter (true or false); everything else is checked by SGLang as before."""
-    if not isinstance(body, dict):
-        return original(body)
-    params = body.get("sampling_params")
-    param_list = params if isinstance(params, list) else [params]
-    if not any(isinstance(p, dict) and REQUEST_FLAG in p for p in param_list):
-        return original(body)
-    stripped = []
-    for p in param_list:
-        if isinstance(p, dict) and REQUEST_FLAG in p:
-            if not isinstance(p[REQUEST_FLAG], bool):
-                return f"sampling parameter {REQUEST_FLAG} must be true or false, got {p[REQUEST_FLAG]!r}"
-            p = {k: v for k, v in p.items() if k != REQUEST_FLAG}
-        stripped.append(p)
-    return original({**body, "sampling_params": stripped if isinstance(params, list) else stripped[0]})
-
-
-def wants_roles(req: Any) -> bool:
-    """True if the request asked for ``return_kv_roles``."""
-    custom = getattr(req.sampling_params, "custom_params", None)
-    return isinstance(custom, dict) and custom.get(REQUEST_FLAG) is True
 
 
 def output_role_labels(req: Any, vocab: TokenVocab) -> list[str]:
@@ -94,7 +59,7 @@ class RoleReportingOutputStreamer(SchedulerOutputStreamer):
         vocab = process_vocab()
         fields: dict[str, list[Optional[list[str]]]] = {key: [] for key in ROLE_KEYS}
         for req in reqs:
-            ready = vocab is not None and wants_roles(req) and req.finished()
+            ready = vocab is not None and wants(req, ROLES_FLAG) and req.finished()
             fields[OUTPUT_ROLES_KEY].append(output_role_labels(req, vocab) if ready else None)
             fields[PROMPT_ROLES_KEY].append(
                 [LABELS[r] for r in tag_prompt_ids(list(req.origin_input_ids), vocab)] if ready else None
