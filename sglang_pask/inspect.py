@@ -1,8 +1,11 @@
 """``python -m sglang_pask.inspect``: a prompt and its completion coloured by structural role.
 
-Sends one greedy request with ``return_kv_roles`` to a running server and shows every prompt and
-output token on a background colour that names its role, in the terminal and, with ``--html``, as
-a self-contained HTML page (hover a token for its role and id). A legend counts the tokens per role.
+Sends one greedy request with ``return_kv_roles`` and ``return_kv_kept`` to a running server and
+shows every prompt and output token on a background colour that names its role, in the terminal
+and, with ``--html``, as a self-contained HTML page (hover a token for its role, id and the layer
+groups that kept it). What the server's KV policy dropped is marked: struck through in the terminal
+where every layer group dropped it, faded in the page by the share of groups that dropped it. A
+legend counts the tokens per role and, per layer group, how many of them the group kept.
 
     python -m sglang_pask.inspect --messages chat.json --tools tools.json --json-schema schema.json --html roles.html
     python -m sglang_pask.inspect --prompt "SQL for all users: " --ebnf sql.ebnf
@@ -50,12 +53,27 @@ ROLE_COLOURS: dict[str, tuple[int, int, int]] = {
 
 @dataclass(frozen=True)
 class TaggedToken:
-    """One token: its id, its text, its role label, and whether it is part of the prompt."""
+    """One token: its id, its text, its role label, whether it is part of the prompt, and per layer
+    group whether the group still held its KV when the request ended (None if the server did not
+    say: not an sglang-pask server, or the token was never written, as the last one sampled)."""
 
     token_id: int
     text: str
     role: str
     in_prompt: bool
+    kept: Optional[tuple[bool, ...]] = None
+
+    @property
+    def dropped_everywhere(self) -> bool:
+        """Whether every layer group dropped the token."""
+        return self.kept is not None and not any(self.kept)
+
+    def kept_note(self) -> str:
+        """``"kept in groups 0, 2 of 4"``; empty if unknown."""
+        if self.kept is None:
+            return ""
+        groups = ", ".join(str(g) for g, kept in enumerate(self.kept) if kept) or "none"
+        return f"kept in groups {groups} of {len(self.kept)}"
 
 
 def _colour(role: str) -> tuple[int, int, int]:
@@ -70,15 +88,19 @@ def render_terminal(tokens: Sequence[TaggedToken], colour: bool = True) -> str:
             parts.append("\n--- completion ---\n")
         if colour:
             r, g, b = _colour(token.role)
-            parts.append(f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m{token.text}\x1b[0m")
+            strike = "\x1b[9m" if token.dropped_everywhere else ""
+            parts.append(f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m{strike}{token.text}\x1b[0m")
         else:
-            parts.append(f"[{token.text}|{token.role}]")
+            kept = "" if token.kept is None or all(token.kept) else "|kept:" + "".join("01"[k] for k in token.kept)
+            parts.append(f"[{token.text}|{token.role}{kept}]")
     legend = []
     for role, count in sorted(Counter(t.role for t in tokens).items(), key=lambda item: LABELS.index(item[0])):
         r, g, b = _colour(role)
         swatch = f"\x1b[48;2;{r};{g};{b}m  \x1b[0m " if colour else ""
         legend.append(f"{swatch}{role}: {count}")
-    return "".join(parts) + "\n\n" + "  ".join(legend) + "\n"
+    dropped = sum(t.dropped_everywhere for t in tokens)
+    note = f"\n{dropped} tokens dropped by every layer group (struck through)" if dropped and colour else ""
+    return "".join(parts) + "\n\n" + "  ".join(legend) + note + "\n"
 
 
 def render_html(tokens: Sequence[TaggedToken], title: str) -> str:
@@ -86,18 +108,25 @@ def render_html(tokens: Sequence[TaggedToken], title: str) -> str:
 
     def span(token: TaggedToken) -> str:
         r, g, b = _colour(token.role)
-        tip = html.escape(f"{token.role} (id {token.token_id})")
+        note = token.kept_note()
+        tip = html.escape(f"{token.role} (id {token.token_id})" + (f", {note}" if note else ""))
         text = html.escape(token.text).replace("\n", "↵<br>")
-        return f'<span class="t" style="background:rgb({r},{g},{b})" title="{tip}">{text}</span>'
+        fade = "" if token.kept is None else f";opacity:{0.2 + 0.8 * sum(token.kept) / len(token.kept):.2f}"
+        strike = ";text-decoration:line-through" if token.dropped_everywhere else ""
+        return f'<span class="t" style="background:rgb({r},{g},{b}){fade}{strike}" title="{tip}">{text}</span>'
 
     prompt = "".join(span(t) for t in tokens if t.in_prompt)
     completion = "".join(span(t) for t in tokens if not t.in_prompt)
     counts = Counter(t.role for t in tokens)
+    num_groups = max((len(t.kept) for t in tokens if t.kept is not None), default=0)
+    kept_counts = [Counter(t.role for t in tokens if t.kept is not None and t.kept[g]) for g in range(num_groups)]
     legend = "".join(
-        f'<tr><td><span class="t" style="background:rgb{_colour(role)}">{role}</span></td><td>{counts[role]}</td></tr>'
+        f'<tr><td><span class="t" style="background:rgb{_colour(role)}">{role}</span></td><td>{counts[role]}</td>'
+        + "".join(f"<td>{kept[role]}</td>" for kept in kept_counts) + "</tr>"
         for role in LABELS
         if counts[role]
     )
+    group_heads = "".join(f"<th>kept by group {g}</th>" for g in range(num_groups))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -109,7 +138,7 @@ table {{ border-collapse: collapse; }} td {{ padding: 2px 10px; }}
 <h1>{html.escape(title)}</h1>
 <h2>Prompt ({sum(t.in_prompt for t in tokens)} tokens)</h2><div class="tokens">{prompt}</div>
 <h2>Completion ({sum(not t.in_prompt for t in tokens)} tokens)</h2><div class="tokens">{completion}</div>
-<h2>Roles</h2><table><tr><th>role</th><th>tokens</th></tr>{legend}</table>
+<h2>Roles</h2><table><tr><th>role</th><th>tokens</th>{group_heads}</tr>{legend}</table>
 </body></html>
 """
 
@@ -145,7 +174,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _sampling_params(args: argparse.Namespace) -> dict[str, Any]:
-    params: dict[str, Any] = {"temperature": 0, "max_new_tokens": args.max_new_tokens, "return_kv_roles": True}
+    params: dict[str, Any] = {"temperature": 0, "max_new_tokens": args.max_new_tokens, "return_kv_roles": True,
+                              "return_kv_kept": True}
     if args.json_schema:
         params["json_schema"] = json.dumps(_read_json_arg(args.json_schema))
     elif args.regex:
@@ -171,9 +201,24 @@ def collect(url: str, prompt: str, sampling_params: dict[str, Any], tokenizer: A
             f"error: the local tokenizer gives {len(prompt_ids)} prompt tokens, the server "
             f"{len(meta['kv_prompt_roles'])}; is --url serving the model this tokenizer belongs to?"
         )
-    tokens = [TaggedToken(t, tokenizer.decode([t]), role, True) for t, role in zip(prompt_ids, meta["kv_prompt_roles"])]
-    tokens += [TaggedToken(t, tokenizer.decode([t]), role, False) for t, role in zip(body["output_ids"], meta["kv_roles"])]
+    kept = kept_by_position(meta.get("kv_stats", {}).get("kept_positions"), len(prompt_ids) + len(body["output_ids"]))
+    tokens = [TaggedToken(t, tokenizer.decode([t]), role, True, kept[i])
+              for i, (t, role) in enumerate(zip(prompt_ids, meta["kv_prompt_roles"]))]
+    tokens += [TaggedToken(t, tokenizer.decode([t]), role, False, kept[len(prompt_ids) + i])
+               for i, (t, role) in enumerate(zip(body["output_ids"], meta["kv_roles"]))]
     return tokens
+
+
+def kept_by_position(kept_positions: Optional[list[list[int]]], length: int) -> list[Optional[tuple[bool, ...]]]:
+    """``(length,)``: per position, whether each layer group kept it (``kv_stats.kept_positions``).
+
+    Positions past the last one any group read (the last sampled token, never written) and every
+    position when the server reported nothing get None."""
+    if not kept_positions:
+        return [None] * length
+    sets = [set(group) for group in kept_positions]
+    written = max((max(group) for group in kept_positions if group), default=-1) + 1
+    return [tuple(p in group for group in sets) if p < written else None for p in range(length)]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from sglang_pask.inspect import TaggedToken, render_html, render_terminal
+from sglang_pask.inspect import TaggedToken, kept_by_position, render_html, render_terminal
 
 TOKENS = [
     TaggedToken(1, "<|im_start|>", "template", True),
@@ -34,6 +34,30 @@ def test_html_page_has_one_span_per_token_escaped_with_role_tooltips():
     assert "Prompt (2 tokens)" in page and "Completion (3 tokens)" in page
 
 
+def test_kept_positions_become_per_group_flags_and_the_unwritten_last_token_none():
+    assert kept_by_position(None, 3) == [None, None, None]
+    assert kept_by_position([[0, 2, 3], [1, 2, 3]], 5) == [
+        (True, False), (False, True), (True, True), (True, True), None,
+    ]
+
+
+def test_dropped_tokens_are_marked_in_both_renderings():
+    tokens = [
+        TaggedToken(1, "keep", "user_question", True, (True, True)),
+        TaggedToken(2, "half", "system_text", True, (True, False)),
+        TaggedToken(3, "gone", "system_text", True, (False, False)),
+        TaggedToken(4, "x", "free_text", False, None),
+    ]
+    plain = render_terminal(tokens, colour=False)
+    assert "[keep|user_question][half|system_text|kept:10][gone|system_text|kept:00]" in plain
+    coloured = render_terminal(tokens, colour=True)
+    assert coloured.count("\x1b[9m") == 1 and "1 tokens dropped by every layer group" in coloured
+    page = render_html(tokens, "t")
+    assert page.count("line-through") == 1 and "opacity:0.60" in page and "opacity:0.20" in page
+    assert 'title="system_text (id 3), kept in groups none of 2"' in page
+    assert "<th>kept by group 1</th>" in page and "system_text</span></td><td>2</td><td>1</td><td>0</td>" in page
+
+
 @pytest.mark.server
 def test_cli_against_a_server_writes_the_page(tiny_server, tmp_path):
     out = tmp_path / "roles.html"
@@ -51,6 +75,8 @@ def test_cli_against_a_server_writes_the_page(tiny_server, tmp_path):
     prompt_count, completion_count = (int(n) for n in re.findall(r"\((\d+) tokens\)", page)[:2])
     assert prompt_count > 5 and completion_count >= 8
     assert page.count('class="t" style') > prompt_count + completion_count
+    # The full-KV server keeps everything: nothing is marked, every group counts every token.
+    assert "|kept:" not in result.stdout and "line-through" not in page and "kept by group 1" in page
 
 
 def test_cli_reports_a_missing_server_clearly():

@@ -138,3 +138,20 @@ def test_kept_positions_are_reported_only_when_asked_and_the_flag_must_be_boolea
     assert [len(p) for p in stats["kept_positions"]] == stats["kept_tokens"]
     assert len(meta["kv_prompt_roles"]) == len(body["input_ids"])
     assert requests.get(f"{keep_server.url}/health", timeout=30).status_code == 200
+
+
+@pytest.mark.server
+def test_inspect_marks_what_a_compressed_server_dropped(keep_server, tmp_path):
+    import subprocess
+    import sys
+
+    page = tmp_path / "kept.html"
+    prompt = " ".join(WORDS * 4)
+    result = subprocess.run(
+        [sys.executable, "-m", "sglang_pask.inspect", "--url", keep_server.url, "--prompt", prompt,
+         "--max-new-tokens", "4", "--no-color", "--html", str(page)],
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "|kept:00]" in result.stdout  # at a budget of 0.3 both groups dropped some prompt tokens
+    assert "line-through" in page.read_text() and "kept by group 1" in page.read_text()
