@@ -22,6 +22,7 @@ so every prompt is computed whole.
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 import tempfile
@@ -41,7 +42,7 @@ from sglang_pask.bfcl.prompt import build_messages
 from sglang_pask.bfcl.split import SPLITS
 from sglang_pask.cli_paths import output_file
 from sglang_pask.default_model import ensure_default_model
-from sglang_pask.server_process import ServerProcess
+from sglang_pask.server_process import ServerProcess, ServerStartError
 
 DEFAULT_SERVER_ARGS = "--kv-policy pask --kv-budget 0.28 --kv-layer-groups 4 --kv-decode keep"
 # Refused in --server-args: what makes the kept set at the end not the one every answer step read.
@@ -312,7 +313,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     flags = checked_server_args(parser, args.server_args)
     if args.limit < 1 or args.max_new_tokens < 1:
         parser.error("--limit and --max-new-tokens must be at least 1")
-    items = select_items(args.categories, args.split, None, args.limit)
+    try:
+        items = select_items(args.categories, args.split, None, args.limit)
+    except ValueError as err:
+        parser.error(str(err))
     model_path = args.model_path or str(ensure_default_model())
     from transformers import AutoTokenizer
 
@@ -322,7 +326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = ServerProcess(["--model-path", model_path, *flags], log)
     replays: list[ItemReplay] = []
     try:
-        server.wait_ready(timeout_s=args.server_timeout)
+        try:
+            server.wait_ready(timeout_s=args.server_timeout)
+        except ServerStartError as err:
+            print(f"error: the server did not start: {err}", file=sys.stderr)
+            return 1
         group_of_layer = server_layer_groups(server.url)
         dtype = str(_flag_value(flags, "--dtype"))
         model = load_reference(model_path, DTYPES[dtype])
@@ -340,8 +348,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     record = {**header, "server_args": flags, "model_path": model_path, "dtype": dtype,
               "items": [asdict(r) for r in replays]}
     if args.json:
-        import json
-
         Path(args.json).write_text(json.dumps(record, indent=1))
     if args.markdown:
         Path(args.markdown).write_text(markdown_header("Kept-set replay in transformers", record) + "\n".join(lines) + "\n")

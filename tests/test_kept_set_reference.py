@@ -16,6 +16,7 @@ import torch
 
 from bench.kept_set_reference import (
     ask,
+    main,
     build_parser,
     checked_server_args,
     compare_item,
@@ -66,6 +67,12 @@ def test_server_args_that_no_replay_can_match_are_usage_errors(server_args, mess
     with pytest.raises(SystemExit) as exit_info:
         checked_server_args(build_parser(), server_args)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_an_unknown_category_is_a_usage_error_before_any_server_starts(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--categories", "nope"])
+    assert exit_info.value.code == 2 and "unknown BFCL category nope" in capsys.readouterr().err
 
 
 def test_server_args_get_float32_and_the_radix_cache_off_unless_given():
