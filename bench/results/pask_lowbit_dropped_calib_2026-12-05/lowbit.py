@@ -1,7 +1,7 @@
 """One-off (session 40): would keeping PASK's dropped tokens at 2 bits, instead of not at all, win
 back the correct answers, at the same memory?
 
-For calibration items full KV answers correctly and PASK does not, full KV's answer is teacher-forced
+For calibration items full KV answers correctly (and PASK does not, with ``lost``), full KV's answer is teacher-forced
 through transformers (float32, eager): the prompt is computed whole (as the server's prefill), its
 cache then altered per layer group, and the answer read from it with each layer's queries masked to
 what its group holds. Variants: PASK's kept set at a prompt budget B (the server's, via
@@ -12,7 +12,8 @@ consecutive kept-at-2-bit tokens as KIVI does (``2bit-kivi``); and, for referenc
 token at 2 bits (KIVI's way) but the last 8. Printed: the correct answer's log-likelihood and the steps whose
 most likely token is its token.
 
-usage (repository root): PYTHONPATH=. .venv/bin/python lowbit.py BASE_JSON FULL_JSON OUT_JSON POLICY@BUDGET ...
+usage (repository root): PYTHONPATH=. .venv/bin/python lowbit.py BASE_JSON FULL_JSON OUT_JSON lost|correct POLICY@BUDGET ...
+(lost: the items full KV answers and PASK's BASE_JSON run does not; correct: every item full KV answers)
 """
 import json
 import sys
@@ -55,10 +56,10 @@ def fake_quant_channels(x: torch.Tensor) -> torch.Tensor:
     return fake_quant(grouped).transpose(3, 4).reshape(b, h, n + pad, d)[:, :, :n]
 
 
-base_json, full_json, out_json, *configs = sys.argv[1:]
+base_json, full_json, out_json, which, *configs = sys.argv[1:]
 base = {i["id"]: i for i in json.load(open(base_json))["configs"][0]["items"]}
 full = {i["id"]: i for i in json.load(open(full_json))["configs"][0]["items"]}
-ids = [i for i in base if full[i]["valid"] and not base[i]["valid"]]
+ids = [i for i in base if full[i]["valid"] and (which == "correct" or not base[i]["valid"])]
 items = {item.id: item for item in load_items() if item.id in set(ids)}
 model_path = str(ensure_default_model())
 tok = AutoTokenizer.from_pretrained(model_path)
