@@ -58,13 +58,13 @@ class ActivePool:
     requests: Optional[RequestRoles] = None
 
     def held_positions(self, row: int, request: RequestView, req_to_token: torch.Tensor) -> list[torch.Tensor]:
-        """``(num_groups,)`` of ``(k_g,)`` int64 ascending: the positions each group read for the
-        request at its last step that the pool still holds (a shared prefix may lack tokens that an
-        earlier request dropped)."""
+        """``(num_groups,)`` of ``(k_g,)`` int64 ascending, on the pool's device: the positions each
+        group read for the request at its last step that the pool still holds (a shared prefix may
+        lack tokens that an earlier request dropped). Copied to the host only if a request asks."""
         held = []
         for group, view in enumerate(request.groups):
             positions = view.positions(request.seq_len, req_to_token.device)
-            held.append(positions[self.pool.physical(group, req_to_token[row, positions]) > 0].cpu())
+            held.append(positions[self.pool.physical(group, req_to_token[row, positions]) > 0])
         return held
 
     def usage(self) -> dict[str, Any]:
