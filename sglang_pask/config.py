@@ -26,6 +26,9 @@ KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyram
 DEFAULT_KV_WINDOW = 8
 #: What decode does with a request's generated tokens (``--kv-decode``).
 KV_DECODE_MODES = ("compress", "keep")
+#: What happens to the tokens a layer group drops (``--kv-dropped``): freed, or kept at 2 bits in
+#: blocks that take 3/16 of their bf16 slots (sglang_pask.srt.layer_group_lowbit).
+KV_DROPPED_MODES = ("drop", "2bit")
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
 
@@ -130,6 +133,11 @@ class PaskConfig:
         One of :data:`KV_DECODE_MODES`. ``compress``: each group keeps about its budget of the generated
         tokens too (the request's whole KV stays near the budget); ``keep``: generated tokens are never
         dropped, the budget applies to the prompt (as SnapKV and kvpress define it).
+    kv_dropped : str
+        One of :data:`KV_DROPPED_MODES`. ``drop``: a token a layer group drops leaves it; ``2bit``: it
+        stays readable in that group at 2 bits (keys per channel, values per token, in blocks of 32
+        tokens), in slots of the group's own pool, so ``--kv-budget`` is then the share kept at full
+        precision and each dropped token costs 3/16 of a bf16 slot (torch_native attention only).
     pask_policy : str or None
         The calibrated PASK policy file for ``--kv-policy pask`` (None: the one shipped for the
         default model).
@@ -158,6 +166,7 @@ class PaskConfig:
     kv_window: int = DEFAULT_KV_WINDOW
     kv_score_window: Optional[int] = None
     kv_decode: str = "compress"
+    kv_dropped: str = "drop"
     pask_policy: Optional[str] = None
     structkv: bool = False
     structkv_prefill_ratio: float = DEFAULT_STRUCTKV_PREFILL_RATIO
@@ -180,7 +189,23 @@ class PaskConfig:
             raise ConfigError(f"--kv-score-window: must be at least 1 query, got {self.kv_score_window}")
         if self.kv_decode not in KV_DECODE_MODES:
             raise ConfigError(f"--kv-decode: unknown mode {self.kv_decode!r}; choose from {', '.join(KV_DECODE_MODES)}")
+        self._check_kv_dropped()
         self._check_structkv()
+
+    def _check_kv_dropped(self) -> None:
+        if self.kv_dropped not in KV_DROPPED_MODES:
+            raise ConfigError(
+                f"--kv-dropped: unknown mode {self.kv_dropped!r}; choose from {', '.join(KV_DROPPED_MODES)}")
+        if self.kv_dropped == "drop":
+            return
+        if self.kv_policy == "full" or self.kv_budget >= 1.0:
+            raise ConfigError(f"--kv-dropped {self.kv_dropped}: nothing is dropped with --kv-policy {self.kv_policy} "
+                              f"at --kv-budget {self.kv_budget:g}; choose a compressing policy and a budget below 1")
+        if self.kv_decode != "keep":
+            raise ConfigError(f"--kv-dropped {self.kv_dropped} needs --kv-decode keep (a decode step drops a few "
+                              "tokens at a time, too few to fill a 2-bit block)")
+        if self.structkv:
+            raise ConfigError(f"--kv-dropped {self.kv_dropped}: not supported with --structkv")
 
     def _check_structkv(self) -> None:
         for flag, ratio in (("--structkv-prefill-ratio", self.structkv_prefill_ratio),
@@ -215,7 +240,7 @@ class PaskConfig:
     def from_dict(cls, data: dict) -> "PaskConfig":
         """Inverse of :meth:`to_dict`; raises ConfigError on unknown keys or bad values."""
         unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window", "kv_score_window",
-                               "kv_decode", "pask_policy", "structkv",
+                               "kv_decode", "kv_dropped", "pask_policy", "structkv",
                                "structkv_prefill_ratio", "structkv_kv_ratio", "structkv_pivot", "structkv_mode",
                                "structkv_window", "structkv_select"}
         if unknown:
@@ -227,6 +252,7 @@ class PaskConfig:
             kv_window=int(data.get("kv_window", DEFAULT_KV_WINDOW)),
             kv_score_window=None if data.get("kv_score_window") is None else int(data["kv_score_window"]),
             kv_decode=str(data.get("kv_decode", "compress")),
+            kv_dropped=str(data.get("kv_dropped", "drop")),
             pask_policy=data.get("pask_policy"),
             structkv=bool(data.get("structkv", False)),
             structkv_prefill_ratio=float(data.get("structkv_prefill_ratio", DEFAULT_STRUCTKV_PREFILL_RATIO)),
@@ -348,6 +374,15 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "the prompt, as SnapKV defines it) (default: compress).",
     )
     group.add_argument(
+        "--kv-dropped",
+        choices=KV_DROPPED_MODES,
+        default="drop",
+        help="What happens to a token a layer group drops: 'drop' (its KV leaves the group) or '2bit' (it stays "
+        "readable at 2 bits, keys per channel and values per token in blocks of 32 tokens, in the group's own "
+        "slots: --kv-budget is then the share kept at full precision, and each dropped token costs 3/16 of a "
+        "bf16 slot; needs --kv-decode keep and torch_native attention) (default: drop).",
+    )
+    group.add_argument(
         "--pask-policy",
         default=None,
         metavar="FILE",
@@ -434,6 +469,7 @@ def from_namespace(args: argparse.Namespace) -> PaskConfig:
         kv_window=args.kv_window,
         kv_score_window=args.kv_score_window,
         kv_decode=args.kv_decode,
+        kv_dropped=args.kv_dropped,
         pask_policy=args.pask_policy,
         structkv=args.structkv,
         structkv_prefill_ratio=_or(args.structkv_prefill_ratio, DEFAULT_STRUCTKV_PREFILL_RATIO),

@@ -4,7 +4,8 @@ Registered in place of ``TorchNativeAttnBackend`` (a class REPLACE hook). With a
 :class:`~.layer_group_pool.LayerGroupMHAKVPool` behind the model runner, every layer reads, per
 request, the positions of its layer group's view (:mod:`.kv_views`), translated to the group's
 physical slots; positions the pool no longer holds (dropped before they reached the prefix cache)
-are skipped. The attention itself is SGLang's: the same gather, the same
+are skipped. Under ``--kv-dropped 2bit`` a request also reads its dropped tokens, dequantized from
+their 2-bit blocks (:mod:`.layer_group_lowbit`), placed before its read list. The attention itself is SGLang's: the same gather, the same
 ``scaled_dot_product_attention`` call on the same shapes, so with nothing dropped the output is
 bitwise that of stock SGLang. When the policy needs scores, the queries of the step score the keys
 they read (:func:`kernels.window_scores.sequence_window_scores`), and after a group's last layer the
@@ -90,20 +91,26 @@ class LayerGroupTorchNativeAttnBackend(LayerGroupReads, TorchNativeAttnBackend):
             values = v_cache[physical].movedim(0, 1)
             if keys.dtype != query.dtype:
                 keys, values = keys.to(query.dtype), values.to(query.dtype)
+            read_keys, read_values = keys, values
+            lowbit = self._lowbit_kv(index, group, layer.layer_id, query.dtype)
+            if lowbit is not None:
+                read_keys, read_values = torch.cat((lowbit[0], keys), dim=1), torch.cat((lowbit[1], values), dim=1)
+            total = read_keys.shape[1]
             if is_extend:
                 # SGLang's shape: queries placed after the read prefix, causal over the whole list.
-                padded = query.new_empty((query.shape[0], physical.numel(), query.shape[2]))
-                padded[:, physical.numel() - new:, :] = query
+                padded = query.new_empty((query.shape[0], total, query.shape[2]))
+                padded[:, total - new:, :] = query
                 out = scaled_dot_product_attention(
-                    padded.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
+                    padded.unsqueeze(0), read_keys.unsqueeze(0), read_values.unsqueeze(0),
                     enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num, scale=layer.scaling, is_causal=True,
-                )[0, :, physical.numel() - new:, :]
+                )[0, :, total - new:, :]
             else:
                 out = scaled_dot_product_attention(
-                    query.unsqueeze(0), keys.unsqueeze(0), values.unsqueeze(0),
+                    query.unsqueeze(0), read_keys.unsqueeze(0), read_values.unsqueeze(0),
                     enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num, scale=layer.scaling, is_causal=False,
                 )[0]
             outputs[start:start + new] = out.movedim(0, 1)
+            # The policy scores, and the probe measures, the full-precision read list only.
             self._observe(index, group, layer, query, keys, values, positions, is_extend, prune, score)
             start += new
         self._end_layer(layer, is_extend, prune)

@@ -20,12 +20,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import KvBufferDesc, KVWriteLoc, MHATokenToKVPool, _set_kv_buffer_impl
 from sglang.srt.mem_cache.prefill_budget import PrefillBudget
+
+if TYPE_CHECKING:
+    from sglang_pask.srt.layer_group_lowbit import LowBitStore
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,8 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
     one group's slots of some ids while the ids stay allocated. ``available_size()`` is what can be
     allocated now: the fewest free ids or free slots of any group (the fullest group, in tokens).
     Admission counts every group on its own (:class:`~.layer_group_admission.LayerGroupPrefillBudget`).
+    Under ``--kv-dropped 2bit`` the groups' 2-bit blocks (:attr:`lowbit`) take slots of the same
+    allocators (:meth:`alloc_block_slots`, :meth:`free_block_slots`) that no virtual id maps.
 
     Parameters
     ----------
@@ -219,6 +224,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         self.compress_decode = compress_decode
         self.prefill_chunk = prefill_chunk
         self.peak_group_used = [0] * layout.num_groups
+        self.lowbit: Optional[LowBitStore] = None
         self.group_allocators = [
             TokenToKVPoolAllocator(slots, dtype, device, pool, need_sort=False) for slots in layout.group_slots
         ]
@@ -229,6 +235,8 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         for allocator in self.group_allocators:
             allocator.clear()
         self.pool.group_loc.zero_()
+        if self.lowbit is not None:
+            self.lowbit.clear()
 
     def decode_growth(self, group: int, new_tokens: float) -> float:
         """Slots a request's next ``new_tokens`` decoded tokens take in ``group``.
@@ -311,6 +319,18 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             self.peak_group_used[group] = max(self.peak_group_used[group], self.group_used_slots(group))
         return virtual
 
+    def alloc_block_slots(self, group: int, count: int) -> Optional[torch.Tensor]:
+        """``(count,)`` free physical slots of ``group`` that no virtual id maps (2-bit blocks), or
+        None if the group has fewer free."""
+        slots = self.group_allocators[group].alloc(count)
+        if slots is not None:
+            self.peak_group_used[group] = max(self.peak_group_used[group], self.group_used_slots(group))
+        return slots
+
+    def free_block_slots(self, group: int, slots: torch.Tensor) -> None:
+        """Return :meth:`alloc_block_slots`'s ``slots`` (``(n,)`` int) to ``group``'s allocator."""
+        self.group_allocators[group].free(slots)
+
     def free(self, free_index: torch.Tensor) -> None:
         if free_index.numel() == 0:
             return
@@ -361,7 +381,8 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
                 return
 
     def check_slots(self) -> list[str]:
-        """Conservation of every group's slots: free + mapped == P_g and no slot mapped twice.
+        """Conservation of every group's slots: free + mapped (+ held by 2-bit blocks) == P_g and no
+        slot used twice.
 
         Returns
         -------
@@ -374,6 +395,8 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             slots = layout.group_slots[group]
             mapped = self.pool.group_loc[group][1:].long()
             mapped = mapped[mapped > 0]
+            if self.lowbit is not None:
+                mapped = torch.cat((mapped, self.lowbit.held_slots(group)))
             free = allocator.get_all_free_pages()
             if mapped.numel() + free.numel() != slots:
                 problems.append(f"layer group {group}: {mapped.numel()} mapped + {free.numel()} free slots != {slots}")

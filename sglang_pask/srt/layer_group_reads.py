@@ -18,6 +18,7 @@ import torch
 from sglang_pask.kernels.window_scores import sequence_window_scores
 from sglang_pask.policy.distortion import attention_distortion
 from sglang_pask.srt.kv_views import KVViewTable
+from sglang_pask.srt.layer_group_lowbit import LowBitStore
 from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
 from sglang_pask.srt.structkv_pass import StructKVPass
 
@@ -43,6 +44,7 @@ class LayerGroupReads:
         pool = self.token_to_kv_pool
         self.grouped = isinstance(pool, LayerGroupMHAKVPool) and getattr(pool, "views", None) is not None
         self.views: Optional[KVViewTable] = pool.views if self.grouped else None
+        self.lowbit: Optional[LowBitStore] = getattr(pool, "lowbit", None) if self.grouped else None
         self._reads: dict[int, list[ReadList]] = {}
         self._batch: list[BatchEntry] = []
 
@@ -85,6 +87,19 @@ class LayerGroupReads:
             lists.append((positions, physical))
         self._reads[group] = lists
         return lists
+
+    def _lowbit_kv(self, index: int, group: int, layer_id: int,
+                   dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """Request ``index``'s 2-bit tokens in layer ``layer_id`` (``--kv-dropped 2bit``), dequantized to
+        ``dtype``: keys and values ``(kv_heads, t, head_dim)``; None when it has none there. They are
+        all positions before the step's fresh tokens, which the causal mask needs last."""
+        if self.lowbit is None:
+            return None
+        found = self.lowbit.read(self._batch[index][0], group, layer_id)
+        if found is None:
+            return None
+        _, keys, values = found
+        return keys.to(dtype).movedim(0, 1), values.to(dtype).movedim(0, 1)
 
     def _row_counts(self, prune: Optional[StructKVPass]) -> list[int]:
         """Rows (queries) each request has in the current layer: its fresh tokens, or under StructKV

@@ -9,9 +9,10 @@ Hooks (registered by :mod:`.hooks`):
   :class:`~.layer_group_pool.LayerGroupAllocator` over ``V`` virtual ids and the request views
   (:class:`~.kv_views.KVViewTable`) with the policy and its group budgets.
 * ``KVCacheConfigurator.configure`` (AFTER): the scheduler's token capacity becomes ``V``.
-* ``ReqToTokenPool.free`` / ``free_rows`` (AROUND): a request leaving the pool leaves the views;
-  its final KV statistics go on the request (``req.pask_kv_stats``) for its response, with the
-  positions each group kept if the request asked (``return_kv_kept``).
+* ``ReqToTokenPool.free`` / ``free_rows`` (AROUND): a request leaving the pool leaves the views
+  (and, under ``--kv-dropped 2bit``, frees its 2-bit blocks: :mod:`.layer_group_lowbit`); its final
+  KV statistics go on the request (``req.pask_kv_stats``) for its response, with the positions each
+  group kept if the request asked (``return_kv_kept``).
 * ``InvariantChecker._check_full_pool`` (AROUND): the idle leak check counts virtual ids and checks
   every group's slot conservation.
 
@@ -34,6 +35,7 @@ from sglang_pask.policy import KVPolicy, plan_group_budgets
 from sglang_pask.policy.resolve import build_policy
 from sglang_pask.srt.group_sizing import fixed_group_slots, group_slot_counts, virtual_slot_count
 from sglang_pask.srt.kv_views import KVViewTable, RequestView
+from sglang_pask.srt.layer_group_lowbit import LowBitStore, rows_per_block, storage_budget
 from sglang_pask.srt.request_flags import KEPT_FLAG, wants
 from sglang_pask.srt.request_roles import RequestRoles
 from sglang_pask.srt.layer_group_pool import (
@@ -56,6 +58,15 @@ class ActivePool:
     allocator: Optional[LayerGroupAllocator] = None
     views: Optional[KVViewTable] = None
     requests: Optional[RequestRoles] = None
+    lowbit: Optional[LowBitStore] = None
+
+    @property
+    def storage_budgets(self) -> list[float]:
+        """``(num_groups,)`` each group's share of full KV's slots per request: its budget, or under
+        ``--kv-dropped 2bit`` its budget plus the 2-bit blocks of the rest (:func:`.storage_budget`)."""
+        if self.config.kv_dropped == "drop":
+            return list(self.budgets)
+        return [storage_budget(b, self.pool.store_dtype.itemsize) for b in self.budgets]
 
     def held_positions(self, row: int, request: RequestView, req_to_token: torch.Tensor) -> list[torch.Tensor]:
         """``(num_groups,)`` of ``(k_g,)`` int64 ascending, on the pool's device: the positions each
@@ -79,6 +90,7 @@ class ActivePool:
                 "layers": f"{layers[0]}-{layers[-1]}",
                 "budget": self.budgets[g],
                 "slots_in_use": used,
+                "lowbit_slots_in_use": 0 if self.lowbit is None else int(self.lowbit.held_slots(g).numel()),
                 "peak_slots_in_use": self.allocator.peak_group_used[g],
                 "slots": layout.group_slots[g],
                 "bytes_per_slot": self.pool.bytes_per_slot(g),
@@ -89,6 +101,7 @@ class ActivePool:
         full_bytes_per_token = sum(self.pool.bytes_per_slot(g) for g in range(layout.num_groups))
         assert self.views is not None
         return {
+            "kv_dropped": self.config.kv_dropped,
             "running_requests": len(self.views.views),
             "peak_running_requests": self.views.peak_requests,
             "groups": groups,
@@ -133,8 +146,12 @@ def pool_builder(config: PaskConfig):
                               Path(configurator.model_config.model_path).name, config.kv_decode)
         budgets = plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window,
                                      configurator.model_config.context_len)
-        layout = plan_layout(max_total_num_tokens, ranges, budgets, _prefill_chunk(),
-                             config.kv_window + policy.reserved_tokens + KVViewTable.DECODE_SLACK)
+        storage, block_rows = budgets, 0
+        if config.kv_dropped != "drop":
+            itemsize = configurator.kv_cache_dtype.itemsize
+            storage, block_rows = [storage_budget(b, itemsize) for b in budgets], rows_per_block(itemsize)
+        layout = plan_layout(max_total_num_tokens, ranges, storage, _prefill_chunk(),
+                             config.kv_window + policy.reserved_tokens + KVViewTable.DECODE_SLACK + block_rows)
         pool = original(configurator, max_total_num_tokens=max_total_num_tokens,
                         mha_pool_class=functools.partial(LayerGroupMHAKVPool, layout=layout), quant_method=None)
         _ACTIVE = ActivePool(config=config, policy=policy, budgets=budgets, pool=pool)
@@ -171,16 +188,35 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
     if state.pool.page_size != 1:
         raise RuntimeError(f"sglang-pask layer groups need --page-size 1, got {state.pool.page_size}")
     slack = KVViewTable.DECODE_SLACK
+    lowbit = state.config.kv_dropped != "drop"
+    # Slots a request may hold in a group above its budget: the window, the policy's reserved tokens,
+    # the decode slack and, under --kv-dropped 2bit, the last partial block of a prefill pass.
+    overhead = state.config.kv_window + state.policy.reserved_tokens + slack
+    if lowbit:
+        overhead += rows_per_block(state.pool.store_dtype.itemsize)
     allocator = LayerGroupAllocator(
-        state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False, budgets=state.budgets,
-        growth_overhead=0 if min(state.budgets) >= 1.0
-        else state.config.kv_window + state.policy.reserved_tokens + slack,
+        state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False,
+        budgets=state.storage_budgets, growth_overhead=0 if min(state.budgets) >= 1.0 else overhead,
         prefill_chunk=_prefill_chunk(), compress_decode=state.config.kv_decode == "compress",
     )
+    if lowbit:
+        state.lowbit = allocator.lowbit = LowBitStore(state.pool, allocator)
+    state.pool.lowbit = state.lowbit
     req_to_token = req_to_token_pool.req_to_token
 
     def drop(row: int, group: int, positions: torch.Tensor) -> None:
-        allocator.drop(group, req_to_token[row, positions])
+        virtual = req_to_token[row, positions]
+        store = state.lowbit
+        if store is None:
+            allocator.drop(group, virtual)
+            return
+        physical = state.pool.physical(group, virtual)
+        present = physical > 0
+        if not bool(present.any()):
+            return
+        packed = store.quantize(group, physical[present])  # read before the slots go back
+        allocator.drop(group, virtual)
+        store.place(row, group, positions[present], packed)
 
     state.allocator = allocator
     state.requests = RequestRoles()
@@ -207,6 +243,7 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
     row = int(req.kv.req_pool_idx)
     request = state.views.views.get(row) if state is not None and state.views is not None else None
     held = state.held_positions(row, request, req_pool.req_to_token) if request is not None else None
+    lowbit = state.lowbit.positions(row) if request is not None and state.lowbit is not None else None
     result = original(req_pool, req)  # frees the row through free_rows, which drops the views
     if state is not None and state.views is not None:
         state.views.release(row)
@@ -219,8 +256,13 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
                 "group_budgets": state.budgets,
                 "policy": state.config.kv_policy,
             }
+            if lowbit is not None:
+                stats["kv_dropped"] = state.config.kv_dropped
+                stats["lowbit_tokens"] = [int(positions.numel()) for positions in lowbit]
             if wants(req, KEPT_FLAG):
                 stats["kept_positions"] = [positions.tolist() for positions in held]
+                if lowbit is not None:
+                    stats["lowbit_positions"] = [sorted(positions.tolist()) for positions in lowbit]
             if request.prefill is not None:
                 stats["structkv"] = request.prefill
             if request.probe is not None and request.probe.distortion_budget is not None:
@@ -237,6 +279,8 @@ def release_rows(original: Any, req_pool: Any, indices: Any) -> Any:
         for row in (indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)):
             state.views.release(int(row))
             state.requests.forget(int(row))
+            if state.lowbit is not None:
+                state.lowbit.release(int(row))
     return result
 
 
