@@ -29,6 +29,8 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--kv-score-window", "0"], "argument --kv-score-window: must be at least 1, got 0"),
         (["--kv-score-window", "x"], "argument --kv-score-window: must be a whole number of queries, got 'x'"),
         (["--kv-decode", "drop"], "argument --kv-decode: invalid choice: 'drop'"),
+        (["--kv-dropped", "1bit"], "argument --kv-dropped: invalid choice: '1bit'"),
+        (["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-dropped", "2bit"], "--kv-dropped 2bit needs --kv-decode keep"),
         (["--structkv-kv-ratio", "0.3"], "error: --structkv-kv-ratio needs --structkv"),
         (["--structkv", "--structkv-prefill-ratio", "0"], "argument --structkv-prefill-ratio: must be in (0, 1], got 0"),
         (["--structkv", "--structkv-pivot", "x"], "argument --structkv-pivot: must be 'auto' or a layer index >= 1"),
@@ -158,6 +160,8 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
         (["--attention-backend", "triton"], False, {"TRITON_INTERPRET": "1"}, "pass --dtype float32"),
         (["--enable-deterministic-inference"], True, {}, "--enable-deterministic-inference: SGLang's deterministic"),
         (["--page-size", "16"], True, {}, "--page-size: layer groups on the triton backend read one-token pages only, got 16"),
+        (["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-decode", "keep", "--kv-dropped", "2bit"], True, {},
+         "--kv-dropped 2bit: 2-bit blocks are read by the torch_native attention backend only"),
     ],
 )
 def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, env, message, monkeypatch):

@@ -208,3 +208,31 @@ def test_kv_decode_keep_holds_every_generated_token_and_frees_every_slot(tiny_mo
         assert "Traceback" not in server.log_path.read_text()
     finally:
         server.stop()
+
+
+def test_kv_dropped_2bit_keeps_every_prompt_token_readable_and_frees_every_slot(tiny_model_dir, tmp_path):
+    server = start(tiny_model_dir, tmp_path / "2bit.log", "snapkv", "--kv-decode", "keep", "--kv-dropped", "2bit")
+    try:
+        # A prompt no other request shares: every position is read, in full or at 2 bits.
+        alone = generate(server, "unique " + " ".join(WORDS * 4), max_new_tokens=8, ignore_eos=True,
+                         return_kv_kept=True)["meta_info"]
+        stats = alone["kv_stats"]
+        assert stats["kv_dropped"] == "2bit"
+        for kept, lowbit, count in zip(stats["kept_positions"], stats["lowbit_positions"], stats["lowbit_tokens"]):
+            assert count == len(lowbit) > 0 and not set(kept) & set(lowbit)
+            assert sorted(set(kept) | set(lowbit)) == list(range(stats["full_tokens"]))
+        # Concurrent requests sharing a cached system prompt, some constrained.
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(pool.map(
+                lambda i: generate(server, SYSTEM + " ".join(WORDS[i:i + 30]), max_new_tokens=12,
+                                   **({"regex": "(yes|no)[0-9]{2}"} if i % 2 else {})),
+                range(8)))
+        assert all(r["meta_info"]["kv_stats"]["kv_dropped"] == "2bit" for r in results)
+        wait_idle_and_flush(server)
+        after = pool_usage(server)
+        assert after["kv_dropped"] == "2bit" and after["tokens_in_use"] == 0
+        assert [(g["slots_in_use"], g["lowbit_slots_in_use"]) for g in after["groups"]] == [(0, 0), (0, 0)]
+        log = server.log_path.read_text()
+        assert "leak" not in log.lower() and "Traceback" not in log, server.log_tail(60)
+    finally:
+        server.stop()

@@ -116,6 +116,18 @@ class LowBitStore:
         return [(pool.k_buffer[layer - pool.start_layer], pool.v_buffer[layer - pool.start_layer])
                 for layer in pool.layout.ranges[group]]
 
+    def drop(self, row: int, group: int, positions: torch.Tensor, virtual: torch.Tensor) -> None:
+        """Request ``row``'s ``group`` drops ``positions`` (``(n,)`` int64 ascending, virtual ids
+        ``virtual``): their full-precision slots go back to the group's allocator and those still held
+        stay as 2-bit blocks."""
+        physical = self.pool.physical(group, virtual)
+        present = physical > 0
+        if not bool(present.any()):
+            return
+        packed = self.quantize(group, physical[present])  # read before the slots go back
+        self.allocator.drop(group, virtual)
+        self.place(row, group, positions[present], packed)
+
     def quantize(self, group: int, physical: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Pack the K/V that ``physical`` slots hold in each of ``group``'s layers.
 

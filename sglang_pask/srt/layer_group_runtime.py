@@ -206,17 +206,10 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
 
     def drop(row: int, group: int, positions: torch.Tensor) -> None:
         virtual = req_to_token[row, positions]
-        store = state.lowbit
-        if store is None:
+        if state.lowbit is None:
             allocator.drop(group, virtual)
-            return
-        physical = state.pool.physical(group, virtual)
-        present = physical > 0
-        if not bool(present.any()):
-            return
-        packed = store.quantize(group, physical[present])  # read before the slots go back
-        allocator.drop(group, virtual)
-        store.place(row, group, positions[present], packed)
+        else:
+            state.lowbit.drop(row, group, positions, virtual)
 
     state.allocator = allocator
     state.requests = RequestRoles()

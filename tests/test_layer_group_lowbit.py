@@ -1,0 +1,174 @@
+"""``--kv-dropped 2bit`` in process: the layer-group pool keeps dropped tokens as 2-bit blocks.
+
+Real SGLang classes (its MHA pool, token allocator and torch_native backend) with sglang-pask's
+layer-group subclasses and the 2-bit store; the model runner and forward batch are minimal stand-ins
+carrying only the fields the backend reads.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("SGLANG_USE_CPU_ENGINE", "1")
+
+from types import SimpleNamespace  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from sglang_pask.kernels.kv_2bit import (  # noqa: E402
+    BLOCK_TOKENS,
+    dequantize_key_blocks,
+    dequantize_value_blocks,
+    pad_block,
+    quantize_key_blocks,
+    quantize_value_blocks,
+)
+from sglang_pask.policy import capacity, get_policy  # noqa: E402
+from sglang_pask.srt.group_sizing import virtual_slot_count  # noqa: E402
+from sglang_pask.srt.kv_views import KVViewTable  # noqa: E402
+from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend  # noqa: E402
+from sglang_pask.srt.layer_group_lowbit import LowBitStore, rows_per_block, storage_budget  # noqa: E402
+from sglang_pask.srt.layer_group_pool import LayerGroupAllocator, LayerGroupLayout, LayerGroupMHAKVPool  # noqa: E402
+
+Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 32, 2
+ROWS, CONTEXT, WINDOW, BUDGET = 4, 160, 4, 0.25
+
+
+def make_store(slots: int = 512, dtype: torch.dtype = torch.float32):
+    """A two-group pool (one layer each) with its allocator, 2-bit store and views (SnapKV, decode keeps)."""
+    budgets = [BUDGET, BUDGET]
+    layout = LayerGroupLayout((range(0, 1), range(1, 2)), slots, (slots, slots), virtual_slot_count([slots] * 2, budgets))
+    pool = LayerGroupMHAKVPool(slots, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM,
+                               layer_num=LAYERS, device="cpu", enable_memory_saver=False, layout=layout)
+    allocator = LayerGroupAllocator(pool, dtype, "cpu", need_sort=False, budgets=budgets, compress_decode=False)
+    store = allocator.lowbit = pool.lowbit = LowBitStore(pool, allocator)
+    req_to_token = torch.zeros((ROWS, CONTEXT), dtype=torch.int32)
+
+    def drop(row, group, positions):
+        store.drop(row, group, positions, req_to_token[row, positions])
+
+    pool.views = KVViewTable(get_policy("snapkv"), budgets, WINDOW, drop, slack=2, compress_decode=False)
+    runner = SimpleNamespace(device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
+                             token_to_kv_pool=pool)
+    return pool, allocator, store, req_to_token, LayerGroupTorchNativeAttnBackend(runner)
+
+
+def layer(layer_id: int) -> SimpleNamespace:
+    return SimpleNamespace(layer_id=layer_id, tp_q_head_num=Q_HEADS, tp_k_head_num=KV_HEADS, qk_head_dim=HEAD_DIM,
+                           v_head_dim=HEAD_DIM, scaling=HEAD_DIM ** -0.5, is_cross_attention=False,
+                           sliding_window_size=-1, attn_type=None)
+
+
+def forward_batch(rows, seq_lens, extend_lens, out_cache_loc, decode=False):
+    return SimpleNamespace(
+        forward_mode=SimpleNamespace(is_decode=lambda: decode), req_pool_indices=torch.tensor(rows),
+        seq_lens=torch.tensor(seq_lens), seq_lens_cpu=torch.tensor(seq_lens), extend_seq_lens_cpu=list(extend_lens),
+        encoder_lens=None, out_cache_loc=out_cache_loc,
+    )
+
+
+def run_layers(backend, batch, tokens: int, generator, decode=False):
+    """Every layer once with random q/k/v; returns ((q, k, v, output), ...) by layer."""
+    backend.init_forward_metadata(batch)
+    results = []
+    for layer_id in range(LAYERS):
+        q = torch.randn(tokens, Q_HEADS * HEAD_DIM, generator=generator)
+        k = torch.randn(tokens, KV_HEADS, HEAD_DIM, generator=generator) * 2
+        v = torch.randn(tokens, KV_HEADS, HEAD_DIM, generator=generator)
+        run = backend.forward_decode if decode else backend.forward_extend
+        results.append((q, k, v, run(q, k, v, layer(layer_id), batch)))
+    return results
+
+
+def quantized(tokens: torch.Tensor, keys: bool) -> torch.Tensor:
+    """``(n, heads, head_dim)`` through 2-bit blocks of 32 consecutive tokens and back."""
+    out = []
+    for chunk in tokens.split(BLOCK_TOKENS):
+        packed = (quantize_key_blocks if keys else quantize_value_blocks)(pad_block(chunk)[None])
+        out.append((dequantize_key_blocks if keys else dequantize_value_blocks)(packed, KV_HEADS, HEAD_DIM)[0, :chunk.shape[0]])
+    return torch.cat(out)
+
+
+def prefill(allocator, req_to_token, backend, row: int, length: int, generator):
+    ids = allocator.alloc(length)
+    req_to_token[row, :length] = ids
+    return run_layers(backend, forward_batch([row], [length], [length], ids), length, generator)
+
+
+def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_two_bits():
+    pool, allocator, store, req_to_token, backend = make_store()
+    generator = torch.Generator().manual_seed(11)
+    length = 100
+    extend = prefill(allocator, req_to_token, backend, 1, length, generator)
+    step = allocator.alloc(1)
+    req_to_token[1, length] = step
+    decode = run_layers(backend, forward_batch([1], [length + 1], [1], step, decode=True), 1, generator, decode=True)
+    for group, ((_, k, v, _), (q, k_new, v_new, output)) in enumerate(zip(extend, decode)):
+        kept = pool.views.views[1].groups[group].kept
+        assert kept is not None and kept.numel() == capacity(BUDGET, length, WINDOW)
+        dropped = torch.tensor(sorted(set(range(length)) - set(kept.tolist())))
+        positions, _, _ = store.read(1, group, group)
+        assert torch.equal(positions, dropped)
+        keys, values = k.clone(), v.clone()
+        keys[dropped], values[dropped] = quantized(k[dropped], True), quantized(v[dropped], False)
+        keys, values = torch.cat((keys, k_new)), torch.cat((values, v_new))
+        logits = torch.einsum("hd,lhd->hl", q.view(Q_HEADS, HEAD_DIM), keys.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
+        reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), values.repeat_interleave(2, dim=1))
+        torch.testing.assert_close(output, reference.reshape(1, -1), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_blocks_take_slots_of_the_group_and_all_come_back(dtype):
+    pool, allocator, store, req_to_token, backend = make_store(dtype=dtype)
+    generator = torch.Generator().manual_seed(12)
+    rows = rows_per_block(dtype.itemsize)
+    lengths = {1: 100, 2: 37}
+    for row, length in lengths.items():
+        prefill(allocator, req_to_token, backend, row, length, generator)
+    for group in range(2):
+        expected = 0
+        for length in lengths.values():
+            kept = capacity(BUDGET, length, WINDOW)
+            expected += kept + -(-(length - kept) // BLOCK_TOKENS) * rows
+        assert allocator.group_used_slots(group) == expected
+        assert [sum(p.numel() for p in store.requests[row][group].positions) for row in lengths] == \
+            [length - capacity(BUDGET, length, WINDOW) for length in lengths.values()]
+    assert allocator.check_slots() == []
+    for row, length in lengths.items():
+        store.release(row)
+        allocator.free(req_to_token[row, :length])
+    assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
+    assert allocator.check_slots() == []
+
+
+def test_a_group_without_free_slots_drops_outright_and_leaks_nothing():
+    # A 6-slot pool that one 6-token prompt fills: it keeps 4 and drops 2, which free 2 slots, fewer
+    # than the 3 a float32 block takes.
+    pool, allocator, store, req_to_token, backend = make_store(slots=6)
+    generator = torch.Generator().manual_seed(13)
+    prefill(allocator, req_to_token, backend, 1, 6, generator)
+    assert capacity(BUDGET, 6, WINDOW) == 4
+    assert store.unstored_tokens == 2 * 2 and 1 not in store.requests  # 2 tokens in each group
+    assert [allocator.group_used_slots(g) for g in range(2)] == [4, 4]
+    assert allocator.check_slots() == []
+    store.release(1)
+    allocator.free(req_to_token[1, :6])
+    assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
+
+
+def test_storage_budget_counts_the_blocks():
+    assert rows_per_block(2) == 6 and rows_per_block(4) == 3
+    assert storage_budget(0.175, 2) == pytest.approx(0.175 + 0.825 * 6 / 32)
+    assert storage_budget(1.0, 4) == 1.0
+    with pytest.raises(ValueError, match="1, 2 or 4 bytes"):
+        rows_per_block(3)
+
+
+def test_a_head_dim_that_is_not_a_multiple_of_32_is_refused():
+    layout = LayerGroupLayout((range(0, 1), range(1, 2)), 64, (64, 64), 64)
+    pool = LayerGroupMHAKVPool(64, page_size=1, dtype=torch.float32, head_num=KV_HEADS, head_dim=48,
+                               layer_num=LAYERS, device="cpu", enable_memory_saver=False, layout=layout)
+    allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False)
+    with pytest.raises(RuntimeError, match="--kv-dropped 2bit: .*multiple of 32"):
+        LowBitStore(pool, allocator)
