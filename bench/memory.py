@@ -7,7 +7,8 @@ prompt format, greedy, EBNF-constrained calls, through ``/generate`` so that eac
 ``meta_info["kv_stats"]``), and measures:
 
 * **KV bytes per request**: at each request's last step, the bytes its layer groups held
-  (``sum_g kept_g * bytes_per_token_g``), against full KV of the same length; mean over requests;
+  (``sum_g (kept_g + lowbit_slots_g) * bytes_per_slot_g``, the second term the slots of its 2-bit
+  blocks under ``--kv-dropped 2bit``), against full KV of the same length; mean over requests;
 * **most requests served concurrently**: the peak number of requests holding KV in the pool
   (``/server_info`` -> ``sglang_pask.kv_pool.peak_running_requests``);
 * **tokens/s**: generated tokens over the workload's wall time.
@@ -42,7 +43,7 @@ from sglang_pask.bfcl.data import AST_CATEGORIES
 from sglang_pask.bfcl.grammar import item_ebnf
 from sglang_pask.bfcl.prompt import build_messages
 from sglang_pask.cli_paths import output_file
-from sglang_pask.config import KV_POLICIES
+from sglang_pask.config import KV_DROPPED_MODES, KV_POLICIES
 from sglang_pask.server_process import ServerProcess
 
 BASELINE_POLICIES = [p for p in KV_POLICIES if p != "full"]
@@ -80,12 +81,23 @@ def send(url: str, text: str, ebnf: str, max_tokens: int) -> dict:
     return response.json()
 
 
-def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[str, str]], args: argparse.Namespace,
-               log_dir: Path) -> ConfigMemory:
-    """Start a server for (policy, budget), run the workload at once, read the pool's peaks."""
+def server_flags(model_path: str, policy: str, budget: float, args: argparse.Namespace) -> list[str]:
+    """Launcher arguments of one configuration: ``--kv-dropped`` for every policy but full,
+    ``--pask-policy`` for pask only (the launcher refuses both where they do not apply)."""
     flags = ["--model-path", model_path, "--kv-policy", policy, "--kv-budget", str(budget),
              "--kv-layer-groups", args.layer_groups, "--max-total-tokens", str(args.max_total_tokens),
              *shlex.split(args.server_args)]
+    if policy != "full":
+        flags += ["--kv-dropped", args.kv_dropped]
+    if policy == "pask" and args.pask_policy is not None:
+        flags += ["--pask-policy", args.pask_policy]
+    return flags
+
+
+def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[str, str]], args: argparse.Namespace,
+               log_dir: Path) -> ConfigMemory:
+    """Start a server for (policy, budget), run the workload at once, read the pool's peaks."""
+    flags = server_flags(model_path, policy, budget, args)
     with ServerProcess(flags, log_dir / f"{policy}-{budget}.log") as server:
         server.wait_ready(timeout_s=900)
         start = time.perf_counter()
@@ -99,7 +111,8 @@ def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[
     kept_bytes, full_bytes = [], []
     for result in results:
         stats = result["meta_info"]["kv_stats"]
-        kept_bytes.append(sum(k * b for k, b in zip(stats["kept_tokens"], per_token)))
+        lowbit_slots = stats.get("lowbit_slots", [0] * len(per_token))
+        kept_bytes.append(sum((k + s) * b for k, s, b in zip(stats["kept_tokens"], lowbit_slots, per_token)))
         full_bytes.append(stats["full_tokens"] * sum(per_token))
     generated = sum(r["meta_info"]["completion_tokens"] for r in results)
     return ConfigMemory(
@@ -167,6 +180,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-args", default="--chunked-prefill-size 512",
                         help="extra server flags for every configuration, one quoted string (default: "
                         "'--chunked-prefill-size 512', so that one prefill pass cannot fill the small pool)")
+    parser.add_argument("--kv-dropped", choices=KV_DROPPED_MODES, default="drop",
+                        help="--kv-dropped for every configuration but full (2bit needs --kv-decode keep in "
+                        "--server-args) (default: drop)")
+    parser.add_argument("--pask-policy", metavar="JSON", default=None,
+                        help="--pask-policy for the pask configurations (default: the shipped policy)")
     parser.add_argument("--json", type=output_file, default=None,
                         help="write results and run details to this JSON file")
     parser.add_argument("--plot", type=output_file, default=None, help="write a bar chart to this PNG file")
@@ -198,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             **run_header("python -m bench.memory", argv),
             "model": model_path,
             "workload": {"items": len(items), "max_tokens": args.max_tokens, "grammar": "ebnf",
-                         "max_total_tokens": args.max_total_tokens, "layer_groups": args.layer_groups},
+                         "max_total_tokens": args.max_total_tokens, "layer_groups": args.layer_groups,
+                         "kv_dropped": args.kv_dropped, "pask_policy": args.pask_policy},
             "results": [asdict(r) for r in rows],
             "table": table,
         }

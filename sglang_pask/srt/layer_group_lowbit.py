@@ -196,6 +196,12 @@ class LowBitStore:
             return [empty for _ in self.pool.layout.ranges]
         return [blocks.flat()[0] if blocks.positions else empty for blocks in held]
 
+    def slot_counts(self, row: int) -> list[int]:
+        """``(num_groups,)``: the physical slots request ``row``'s 2-bit blocks take in each group."""
+        held = self.requests.get(row)
+        return [len(blocks.slots) * self.rows_per_block for blocks in held] if held is not None \
+            else [0] * len(self.pool.layout.ranges)
+
     def release(self, row: int) -> None:
         """Request ``row`` left the pool: its blocks' slots go back to their groups."""
         held = self.requests.pop(row, None)

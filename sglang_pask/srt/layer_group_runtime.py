@@ -237,6 +237,7 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
     request = state.views.views.get(row) if state is not None and state.views is not None else None
     held = state.held_positions(row, request, req_pool.req_to_token) if request is not None else None
     lowbit = state.lowbit.positions(row) if request is not None and state.lowbit is not None else None
+    lowbit_slots = state.lowbit.slot_counts(row) if lowbit is not None else None
     result = original(req_pool, req)  # frees the row through free_rows, which drops the views
     if state is not None and state.views is not None:
         state.views.release(row)
@@ -252,6 +253,7 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
             if lowbit is not None:
                 stats["kv_dropped"] = state.config.kv_dropped
                 stats["lowbit_tokens"] = [int(positions.numel()) for positions in lowbit]
+                stats["lowbit_slots"] = lowbit_slots
             if wants(req, KEPT_FLAG):
                 stats["kept_positions"] = [positions.tolist() for positions in held]
                 if lowbit is not None:
