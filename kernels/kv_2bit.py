@@ -23,6 +23,8 @@ serve 2-bit blocks).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 BLOCK_TOKENS = 32
@@ -78,6 +80,27 @@ def _unpack(packed: torch.Tensor) -> torch.Tensor:
     return quads.reshape(*packed.shape[:-1], -1)
 
 
+def _serialize(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor) -> torch.Tensor:
+    """``(blocks, ...)`` codes (packed along their last dimension), scales and zeros -> ``(blocks, bytes)``
+    uint8: the packed codes, then the scales, then the zeros, each flattened per block."""
+    blocks = codes.shape[0]
+    return torch.cat((_pack(codes).reshape(blocks, -1), scale.reshape(blocks, -1).view(torch.uint8),
+                      zero.reshape(blocks, -1).view(torch.uint8)), dim=1)
+
+
+def _deserialize(packed: torch.Tensor, code_shape: tuple[int, ...],
+                 param_shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inverse of :func:`_serialize` for ``(blocks, bytes)`` uint8: codes ``(blocks, *code_shape)``
+    uint8 (``code_shape``'s last dimension unpacked), scale and zero ``(blocks, *param_shape)`` fp16."""
+    blocks = packed.shape[0]
+    code_bytes = math.prod(code_shape) // 4
+    params = math.prod(param_shape) * 2
+    codes = _unpack(packed[:, :code_bytes].reshape(blocks, *code_shape[:-1], code_shape[-1] // 4))
+    scale = packed[:, code_bytes:code_bytes + params].contiguous().view(torch.float16).reshape(blocks, *param_shape)
+    zero = packed[:, code_bytes + params:].contiguous().view(torch.float16).reshape(blocks, *param_shape)
+    return codes, scale, zero
+
+
 def quantize_key_blocks(keys: torch.Tensor) -> torch.Tensor:
     """Pack blocks of keys per channel.
 
@@ -92,23 +115,15 @@ def quantize_key_blocks(keys: torch.Tensor) -> torch.Tensor:
     Tensor
         ``(blocks, packed_block_bytes(heads, head_dim))`` uint8.
     """
-    blocks, tokens, heads, head_dim = keys.shape
-    check_head_dim(head_dim)
-    codes, scale, zero = _quantize_groups(keys.permute(0, 2, 3, 1))  # groups: (blocks, heads, head_dim) over tokens
-    return torch.cat((_pack(codes).reshape(blocks, -1), scale.reshape(blocks, -1).view(torch.uint8),
-                      zero.reshape(blocks, -1).view(torch.uint8)), dim=1)
+    check_head_dim(keys.shape[3])
+    return _serialize(*_quantize_groups(keys.permute(0, 2, 3, 1)))  # groups: (blocks, heads, head_dim) over tokens
 
 
 def dequantize_key_blocks(packed: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
     """``(blocks, packed_block_bytes)`` uint8 -> ``(blocks, BLOCK_TOKENS, heads, head_dim)`` float32."""
-    blocks = packed.shape[0]
-    code_bytes = heads * head_dim * BLOCK_TOKENS // 4
-    params = heads * head_dim * 2
-    codes = _unpack(packed[:, :code_bytes].reshape(blocks, heads, head_dim, BLOCK_TOKENS // 4))
-    scale = packed[:, code_bytes:code_bytes + params].contiguous().view(torch.float16).reshape(blocks, heads, head_dim)
-    zero = packed[:, code_bytes + params:].contiguous().view(torch.float16).reshape(blocks, heads, head_dim)
-    values = codes.float() * scale.float().unsqueeze(-1) + zero.float().unsqueeze(-1)
-    return values.permute(0, 3, 1, 2)
+    codes, scale, zero = _deserialize(packed, (heads, head_dim, BLOCK_TOKENS), (heads, head_dim))
+    keys = codes.float() * scale.float().unsqueeze(-1) + zero.float().unsqueeze(-1)
+    return keys.permute(0, 3, 1, 2)
 
 
 def quantize_value_blocks(values: torch.Tensor) -> torch.Tensor:
@@ -126,20 +141,14 @@ def quantize_value_blocks(values: torch.Tensor) -> torch.Tensor:
     """
     blocks, tokens, heads, head_dim = values.shape
     check_head_dim(head_dim)
-    grouped = values.reshape(blocks, tokens, heads, head_dim // GROUP_CHANNELS, GROUP_CHANNELS)
-    codes, scale, zero = _quantize_groups(grouped)
-    return torch.cat((_pack(codes.reshape(blocks, tokens, heads, head_dim)).reshape(blocks, -1),
-                      scale.reshape(blocks, -1).view(torch.uint8), zero.reshape(blocks, -1).view(torch.uint8)), dim=1)
+    codes, scale, zero = _quantize_groups(values.reshape(blocks, tokens, heads, head_dim // GROUP_CHANNELS,
+                                                         GROUP_CHANNELS))
+    return _serialize(codes.reshape(blocks, tokens, heads, head_dim), scale, zero)
 
 
 def dequantize_value_blocks(packed: torch.Tensor, heads: int, head_dim: int) -> torch.Tensor:
     """``(blocks, packed_block_bytes)`` uint8 -> ``(blocks, BLOCK_TOKENS, heads, head_dim)`` float32."""
-    blocks = packed.shape[0]
-    code_bytes = BLOCK_TOKENS * heads * head_dim // 4
-    params = BLOCK_TOKENS * heads * (head_dim // GROUP_CHANNELS) * 2
-    codes = _unpack(packed[:, :code_bytes].reshape(blocks, BLOCK_TOKENS, heads, head_dim // 4))
-    shape = (blocks, BLOCK_TOKENS, heads, head_dim // GROUP_CHANNELS, 1)
-    scale = packed[:, code_bytes:code_bytes + params].contiguous().view(torch.float16).reshape(shape)
-    zero = packed[:, code_bytes + params:].contiguous().view(torch.float16).reshape(shape)
-    grouped = codes.reshape(blocks, BLOCK_TOKENS, heads, head_dim // GROUP_CHANNELS, GROUP_CHANNELS)
-    return (grouped.float() * scale.float() + zero.float()).reshape(blocks, BLOCK_TOKENS, heads, head_dim)
+    groups = head_dim // GROUP_CHANNELS
+    codes, scale, zero = _deserialize(packed, (BLOCK_TOKENS, heads, head_dim), (BLOCK_TOKENS, heads, groups, 1))
+    grouped = codes.reshape(-1, BLOCK_TOKENS, heads, groups, GROUP_CHANNELS)
+    return (grouped.float() * scale.float() + zero.float()).reshape(-1, BLOCK_TOKENS, heads, head_dim)
