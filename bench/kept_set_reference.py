@@ -262,7 +262,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-path", help="model to serve and replay (None: the default model)")
     p.add_argument("--server-args", default=DEFAULT_SERVER_ARGS,
                    help="launcher arguments of the compressed server (shell syntax; --kv-decode keep required, "
-                        "--structkv refused; --disable-radix-cache is added)")
+                        "--structkv and --kv-dropped 2bit refused; --disable-radix-cache is added)")
     p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="BFCL AST categories")
     p.add_argument("--split", choices=SPLITS, default="calib", help="BFCL split the items come from")
     p.add_argument("--limit", type=int, default=1, help="items per category (the first ones)")
@@ -292,6 +292,9 @@ def checked_server_args(parser: argparse.ArgumentParser, text: str) -> list[str]
     for flag in REFUSED_FLAGS:
         if flag in flags:
             parser.error(f"--server-args: {flag} prunes the prefill itself, which this replay does not model")
+    if _flag_value(flags, "--kv-dropped") not in (None, "drop"):
+        parser.error("--server-args: --kv-dropped 2bit keeps dropped tokens at 2 bits, and this replay reads only "
+                     "the full-precision kept set")
     if "--kv-policy" not in flags:
         parser.error("--server-args needs a --kv-policy (a compressed server is what is checked)")
     if "--model-path" in flags:

@@ -59,6 +59,7 @@ def test_layer_groups_of_reads_the_servers_group_layers():
     ("--kv-policy pask --kv-budget 0.3", "needs --kv-decode keep"),
     ("--kv-policy pask --kv-decode compress", "needs --kv-decode keep"),
     ("--kv-policy pask --kv-decode keep --structkv", "--structkv prunes the prefill"),
+    ("--kv-policy snapkv --kv-decode keep --kv-dropped 2bit", "this replay reads only the full-precision kept set"),
     ("--kv-budget 0.3 --kv-decode keep", "needs a --kv-policy"),
     ("--kv-policy pask --kv-decode keep --model-path m", "give the model with --model-path"),
     ("--kv-policy pask --kv-decode keep --dtype int8", "--dtype must be one of"),
