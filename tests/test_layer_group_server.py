@@ -230,7 +230,7 @@ def test_kv_dropped_2bit_keeps_every_prompt_token_readable_and_frees_every_slot(
         assert all(r["meta_info"]["kv_stats"]["kv_dropped"] == "2bit" for r in results)
         wait_idle_and_flush(server)
         after = pool_usage(server)
-        assert after["kv_dropped"] == "2bit" and after["tokens_in_use"] == 0
+        assert after["kv_dropped"] == "2bit" and after["tokens_in_use"] == 0 and after["lowbit_unstored_tokens"] == 0
         assert [(g["slots_in_use"], g["lowbit_slots_in_use"]) for g in after["groups"]] == [(0, 0), (0, 0)]
         log = server.log_path.read_text()
         assert "leak" not in log.lower() and "Traceback" not in log, server.log_tail(60)

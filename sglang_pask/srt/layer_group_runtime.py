@@ -102,6 +102,7 @@ class ActivePool:
         assert self.views is not None
         return {
             "kv_dropped": self.config.kv_dropped,
+            "lowbit_unstored_tokens": 0 if self.lowbit is None else self.lowbit.unstored_tokens,
             "running_requests": len(self.views.views),
             "peak_running_requests": self.views.peak_requests,
             "groups": groups,
