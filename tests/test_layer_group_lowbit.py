@@ -46,7 +46,7 @@ def make_store(slots: int = 512, dtype: torch.dtype = torch.float32):
     req_to_token = torch.zeros((ROWS, CONTEXT), dtype=torch.int32)
 
     def drop(row, group, positions):
-        store.drop(row, group, positions, req_to_token[row, positions])
+        store.drop(group, req_to_token[row, positions])
 
     pool.views = KVViewTable(get_policy("snapkv"), budgets, WINDOW, drop, slack=2, compress_decode=False)
     runner = SimpleNamespace(device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
@@ -108,8 +108,7 @@ def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_two_bits():
         kept = pool.views.views[1].groups[group].kept
         assert kept is not None and kept.numel() == capacity(BUDGET, length, WINDOW)
         dropped = torch.tensor(sorted(set(range(length)) - set(kept.tolist())))
-        positions, _, _ = store.read(1, group, group)
-        assert torch.equal(positions, dropped)
+        assert torch.equal(store.locate(group, req_to_token[1, :length]).positions, dropped)
         keys, values = k.clone(), v.clone()
         keys[dropped], values[dropped] = quantized(k[dropped], True), quantized(v[dropped], False)
         keys, values = torch.cat((keys, k_new)), torch.cat((values, v_new))
@@ -132,11 +131,10 @@ def test_blocks_take_slots_of_the_group_and_all_come_back(dtype):
             kept = capacity(BUDGET, length, WINDOW)
             expected += kept + -(-(length - kept) // BLOCK_TOKENS) * rows
         assert allocator.group_used_slots(group) == expected
-        assert [sum(p.numel() for p in store.requests[row][group].positions) for row in lengths] == \
+        assert [store.row_summary(req_to_token[row, :length])[0][group].numel() for row, length in lengths.items()] == \
             [length - capacity(BUDGET, length, WINDOW) for length in lengths.values()]
     assert allocator.check_slots() == []
     for row, length in lengths.items():
-        store.release(row)
         allocator.free(req_to_token[row, :length])
     assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
     assert allocator.check_slots() == []
@@ -149,12 +147,69 @@ def test_a_group_without_free_slots_drops_outright_and_leaks_nothing():
     generator = torch.Generator().manual_seed(13)
     prefill(allocator, req_to_token, backend, 1, 6, generator)
     assert capacity(BUDGET, 6, WINDOW) == 4
-    assert store.unstored_tokens == 2 * 2 and 1 not in store.requests  # 2 tokens in each group
+    assert store.unstored_tokens == 2 * 2  # 2 tokens in each group
+    assert all(p.numel() == 0 for p in store.row_summary(req_to_token[1, :6])[0])
     assert [allocator.group_used_slots(g) for g in range(2)] == [4, 4]
     assert allocator.check_slots() == []
-    store.release(1)
     allocator.free(req_to_token[1, :6])
     assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
+
+
+def test_a_later_request_reads_a_cached_prefix_at_two_bits():
+    # Row 2 starts with row 1's first 64 token ids, as a radix-cache match gives it, after row 1
+    # left; its decode step reads that prefix: row 1's kept tokens in full, its dropped ones at 2 bits.
+    pool, allocator, store, req_to_token, backend = make_store()
+    generator = torch.Generator().manual_seed(14)
+    length, shared = 100, 64
+    extend = prefill(allocator, req_to_token, backend, 1, length, generator)
+    dropped = [store.locate(group, req_to_token[1, :length]).positions for group in range(2)]
+    pool.views.release(1)
+    allocator.free(req_to_token[1, shared:length])  # the uncached tail goes; the prefix stays cached
+    req_to_token[2, :shared] = req_to_token[1, :shared]
+    step = allocator.alloc(1)
+    req_to_token[2, shared] = step
+    decode = run_layers(backend, forward_batch([2], [shared + 1], [1], step, decode=True), 1, generator, decode=True)
+    for group, ((_, k, v, _), (q, k_new, v_new, output)) in enumerate(zip(extend, decode)):
+        lowbit = store.locate(group, req_to_token[2, :shared + 1])
+        in_prefix = dropped[group][dropped[group] < shared]
+        assert lowbit is not None and 0 < lowbit.positions.numel() < shared
+        assert torch.equal(lowbit.positions, in_prefix)
+        full = pool.physical(group, req_to_token[2, :shared]) > 0
+        assert torch.equal(torch.nonzero(~full).flatten(), in_prefix)  # every prefix token is read
+        # Row 1 packed its dropped tokens in blocks of 32 of its dropped positions, in order.
+        keys, values = k.clone(), v.clone()
+        keys[dropped[group]] = quantized(k[dropped[group]], True)
+        values[dropped[group]] = quantized(v[dropped[group]], False)
+        keys, values = torch.cat((keys[:shared], k_new)), torch.cat((values[:shared], v_new))
+        logits = torch.einsum("hd,lhd->hl", q.view(Q_HEADS, HEAD_DIM), keys.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
+        reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), values.repeat_interleave(2, dim=1))
+        torch.testing.assert_close(output, reference.reshape(1, -1), rtol=1e-5, atol=1e-5)
+
+
+def test_a_block_lives_while_any_of_its_token_ids_is_allocated():
+    pool, allocator, store, req_to_token, backend = make_store()
+    generator = torch.Generator().manual_seed(15)
+    length = 100
+    prefill(allocator, req_to_token, backend, 1, length, generator)
+    ids = req_to_token[1, :length]
+    before = [allocator.group_used_slots(g) for g in range(2)]
+    # Free the tail (a cache evicting a leaf): blocks wholly inside it go, a block reaching into the
+    # rest stays; freed_by foresees exactly the block slots that come back.
+    tail = ids[70:]
+    foreseen = [store.freed_by(g, tail) for g in range(2)]
+    kept_in_tail = [int((pool.physical(g, tail) > 0).sum()) for g in range(2)]
+    allocator.free(tail)
+    after = [allocator.group_used_slots(g) for g in range(2)]
+    assert [b - a for b, a in zip(before, after)] == [f + k for f, k in zip(foreseen, kept_in_tail)]
+    for group in range(2):
+        located = store.locate(group, ids[:70])
+        assert located is not None and bool((located.positions < 70).all())
+        assert store.held_slots(group).numel() == located.slots.numel()  # only blocks with a live token
+    assert allocator.check_slots() == []
+    allocator.free(ids[:70])
+    assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
+    assert [store.held_slots(g).numel() for g in range(2)] == [0, 0]
+    assert int(store.token_block.count_nonzero()) == 0 and allocator.check_slots() == []
 
 
 def test_storage_budget_counts_the_blocks():

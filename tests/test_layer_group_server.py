@@ -213,14 +213,20 @@ def test_kv_decode_keep_holds_every_generated_token_and_frees_every_slot(tiny_mo
 def test_kv_dropped_2bit_keeps_every_prompt_token_readable_and_frees_every_slot(tiny_model_dir, tmp_path):
     server = start(tiny_model_dir, tmp_path / "2bit.log", "snapkv", "--kv-decode", "keep", "--kv-dropped", "2bit")
     try:
-        # A prompt no other request shares: every position is read, in full or at 2 bits.
-        alone = generate(server, "unique " + " ".join(WORDS * 4), max_new_tokens=8, ignore_eos=True,
-                         return_kv_kept=True)["meta_info"]
-        stats = alone["kv_stats"]
-        assert stats["kv_dropped"] == "2bit"
-        for kept, lowbit, count in zip(stats["kept_positions"], stats["lowbit_positions"], stats["lowbit_tokens"]):
-            assert count == len(lowbit) > 0 and not set(kept) & set(lowbit)
-            assert sorted(set(kept) | set(lowbit)) == list(range(stats["full_tokens"]))
+        # A prompt no other request shares, then one that extends it and matches it in the radix
+        # cache: every position of each is read, in full or at 2 bits (the second reads the first's
+        # 2-bit tokens from the cache; before token-owned blocks it lost them).
+        prompt = "unique " + " ".join(WORDS * 4)
+        for text, cached in ((prompt, False), (prompt + " and then " + " ".join(WORDS[:20]), True)):
+            meta = generate(server, text, max_new_tokens=8, ignore_eos=True, return_kv_kept=True)["meta_info"]
+            assert (meta["cached_tokens"] > 40) == cached, meta["cached_tokens"]
+            stats = meta["kv_stats"]
+            assert stats["kv_dropped"] == "2bit"
+            for kept, lowbit, count in zip(stats["kept_positions"], stats["lowbit_positions"], stats["lowbit_tokens"]):
+                assert count == len(lowbit) > 0 and not set(kept) & set(lowbit)
+                assert sorted(set(kept) | set(lowbit)) == list(range(stats["full_tokens"]))
+                if cached:
+                    assert min(lowbit) < meta["cached_tokens"]  # 2-bit tokens of the cached prefix
         # Concurrent requests sharing a cached system prompt, some constrained.
         with ThreadPoolExecutor(max_workers=4) as pool:
             results = list(pool.map(

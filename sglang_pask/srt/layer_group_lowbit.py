@@ -1,26 +1,29 @@
 """``--kv-dropped 2bit``: the tokens a layer group drops stay readable at 2 bits, in the group's own slots.
 
-When a group drops some of a request's tokens (:class:`~.kv_views.KVViewTable` via the runtime's drop
-function), their K and V in each of the group's layers are quantized in blocks of up to 32 tokens
-(ascending positions) in KIVI's layout (:mod:`sglang_pask.kernels.kv_2bit`: keys per channel, values
-per token), their full-precision slots go back to the group's allocator, and each block's packed
-bytes are written into :attr:`LowBitStore.rows_per_block` physical slots taken from the same
-allocator: the block's packed keys fill those slots' rows of each layer's K buffer, its packed
-values the rows of the V buffer. A block costs ``12 * heads * head_dim`` bytes per layer in each of
-K and V, so ``12 / itemsize`` rows (6 in bf16, 3 in float32): a dropped token costs 3/16 of a bf16
-slot instead of a whole one, and the pool's byte budget, admission and leak checks see those slots
-like any other.
+When a group drops some tokens (:class:`~.kv_views.KVViewTable` via the runtime's drop function),
+their K and V in each of the group's layers are quantized in blocks of up to 32 tokens (ascending
+positions) in KIVI's layout (:mod:`sglang_pask.kernels.kv_2bit`: keys per channel, values per
+token), their full-precision slots go back to the group's allocator, and each block's packed bytes
+are written into :attr:`LowBitStore.rows_per_block` physical slots taken from the same allocator:
+the block's packed keys fill those slots' rows of each layer's K buffer, its packed values the rows
+of the V buffer. A block costs ``12 * heads * head_dim`` bytes per layer in each of K and V, so
+``12 / itemsize`` rows (6 in bf16, 3 in float32): a dropped token costs 3/16 of a bf16 slot instead
+of a whole one, and the pool's byte budget, admission and leak checks see those slots like any other.
 
-Attention then reads, per request, the full-precision positions of its view and the dequantized 2-bit
-tokens (:meth:`LowBitStore.read`). A request's blocks are its own: they are freed when it leaves the
-request pool (a later request reusing its prefix from the radix cache reads only the tokens kept at
-full precision). If the group has no free slots for a block, its tokens are dropped outright and
-counted in :attr:`LowBitStore.unstored_tokens`.
+Blocks belong to their tokens, not to a request: the store maps each virtual id (SGLang's token id)
+to its block and place in it, and a block lives while any of its tokens' ids is allocated. So a
+token that reaches the radix prefix cache keeps its 2-bit K/V there, and a later request matching
+that prefix reads it; a block's slots go back to the group when the allocator frees the last of its
+ids (:meth:`LowBitStore.forget`, from :meth:`~.layer_group_pool.LayerGroupAllocator.free`).
+
+Attention reads, per request, the full-precision positions of its view and the dequantized 2-bit
+tokens of its row (:meth:`LowBitStore.locate`, :meth:`LowBitStore.read`). If the group has no free
+slots for a block, its tokens are dropped outright and counted in :attr:`LowBitStore.unstored_tokens`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -52,39 +55,58 @@ def storage_budget(budget: float, itemsize: int) -> float:
     return budget + (1.0 - budget) * rows_per_block(itemsize) / BLOCK_TOKENS
 
 
-@dataclass
-class GroupBlocks:
-    """One request's 2-bit tokens in one layer group.
+@dataclass(frozen=True)
+class LocatedTokens:
+    """Where one request's 2-bit tokens in one group are.
 
     Attributes
     ----------
-    positions : list[Tensor]
-        Per block, ``(m,)`` int64 ascending positions, ``1 <= m <= BLOCK_TOKENS``.
-    slots : list[Tensor]
-        Per block, ``(rows_per_block,)`` int64 physical slots of the group holding it.
+    positions : Tensor
+        ``(t,)`` int64 ascending positions in the request's row.
+    slots : Tensor
+        ``(b * rows_per_block,)`` int64 physical slots of the ``b`` blocks holding them.
+    index : Tensor
+        ``(t,)`` int64: each position's row in the blocks' dequantized tokens ``(b * BLOCK_TOKENS, ...)``.
     """
 
-    positions: list[torch.Tensor] = field(default_factory=list)
-    slots: list[torch.Tensor] = field(default_factory=list)
-    # (all positions (t,), all slots (blocks * rows,), the block-padded index of each position (t,)),
-    # rebuilt after a change.
-    _flat: Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = None
+    positions: torch.Tensor
+    slots: torch.Tensor
+    index: torch.Tensor
 
-    def flat(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        if self._flat is None:
-            positions = torch.cat(self.positions)
-            index = torch.cat([torch.arange(p.numel(), device=p.device) + BLOCK_TOKENS * b
-                               for b, p in enumerate(self.positions)])
-            self._flat = (positions, torch.cat(self.slots), index)
-        return self._flat
 
-    @property
-    def tokens(self) -> int:
-        return sum(int(p.numel()) for p in self.positions)
+class GroupBlockTable:
+    """One layer group's 2-bit blocks: their slots, how many live tokens each holds, which are free.
+
+    Parameters
+    ----------
+    max_blocks : int
+        Blocks the group's slots can hold at most (``P_g // rows_per_block``).
+    rows : int
+        Physical slots per block.
+    """
+
+    def __init__(self, max_blocks: int, rows: int, device: Any):
+        self.slots = torch.zeros((max_blocks, rows), dtype=torch.int64, device=device)
+        self.live = torch.zeros(max_blocks, dtype=torch.int64, device=device)
+        self.free = torch.arange(max_blocks, dtype=torch.int64, device=device)
+
+    def take(self, count: int) -> torch.Tensor:
+        """``(count,)`` int64 free block ids (the caller holds the slots for them, so they exist)."""
+        taken, self.free = self.free[:count], self.free[count:]
+        return taken
+
+    def held_slots(self) -> torch.Tensor:
+        """``(s,)`` int64: every physical slot of a live block."""
+        return self.slots[self.live > 0].flatten()
+
+    def clear(self) -> None:
+        self.slots.zero_()
+        self.live.zero_()
+        self.free = torch.arange(self.live.numel(), dtype=torch.int64, device=self.live.device)
 
 
 class LowBitStore:
-    """Every running request's 2-bit tokens, per layer group, in the groups' physical slots.
+    """Every 2-bit token, per layer group, in the groups' physical slots, found by virtual id.
 
     Parameters
     ----------
@@ -93,6 +115,12 @@ class LowBitStore:
         SGLang set them; K and V head dims must be equal).
     allocator : LayerGroupAllocator
         Gives and takes back the groups' physical slots (:meth:`~.layer_group_pool.LayerGroupAllocator.alloc_block_slots`).
+
+    Attributes
+    ----------
+    token_block : Tensor
+        ``(num_groups, V + 1)`` int32: per group and virtual id, ``block * BLOCK_TOKENS + place + 1``,
+        0 where the id has no 2-bit K/V in the group.
     """
 
     def __init__(self, pool: Any, allocator: Any):
@@ -108,7 +136,11 @@ class LowBitStore:
         self.allocator = allocator
         self.heads, self.head_dim = pool.head_num, pool.head_dim
         self.block_bytes = packed_block_bytes(self.heads, self.head_dim)
-        self.requests: dict[int, list[GroupBlocks]] = {}
+        layout = pool.layout
+        self.token_block = torch.zeros((layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32,
+                                       device=pool.device)
+        self.tables = [GroupBlockTable(slots // self.rows_per_block, self.rows_per_block, pool.device)
+                       for slots in layout.group_slots]
         self.unstored_tokens = 0
 
     def _buffers(self, group: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -116,17 +148,18 @@ class LowBitStore:
         return [(pool.k_buffer[layer - pool.start_layer], pool.v_buffer[layer - pool.start_layer])
                 for layer in pool.layout.ranges[group]]
 
-    def drop(self, row: int, group: int, positions: torch.Tensor, virtual: torch.Tensor) -> None:
-        """Request ``row``'s ``group`` drops ``positions`` (``(n,)`` int64 ascending, virtual ids
-        ``virtual``): their full-precision slots go back to the group's allocator and those still held
-        stay as 2-bit blocks."""
+    def drop(self, group: int, virtual: torch.Tensor) -> None:
+        """``group`` drops the tokens of ``virtual`` (``(n,)`` int ids in ascending position order):
+        their full-precision slots go back to the group's allocator and those still held stay as
+        2-bit blocks."""
+        virtual = virtual.long()
         physical = self.pool.physical(group, virtual)
         present = physical > 0
         if not bool(present.any()):
             return
         packed = self.quantize(group, physical[present])  # read before the slots go back
         self.allocator.drop(group, virtual)
-        self.place(row, group, positions[present], packed)
+        self.place(group, virtual[present], packed)
 
     def quantize(self, group: int, physical: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Pack the K/V that ``physical`` slots hold in each of ``group``'s layers.
@@ -149,71 +182,97 @@ class LowBitStore:
             packed.append((quantize_key_blocks(keys), quantize_value_blocks(values)))
         return packed
 
-    def place(self, row: int, group: int, positions: torch.Tensor,
-              packed: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """Store :meth:`quantize`'s blocks of ``positions`` (``(n,)`` int64 ascending) for request
-        ``row`` in ``group``, in slots taken from the group's allocator (after the tokens' own slots
-        went back to it). Without enough free slots the tokens are not stored."""
+    def place(self, group: int, virtual: torch.Tensor, packed: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Store :meth:`quantize`'s blocks of the tokens ``virtual`` (``(n,)`` int64, ascending
+        positions) in ``group``, in slots taken from the group's allocator (after the tokens' own
+        slots went back to it). Without enough free slots the tokens are not stored."""
         blocks = packed[0][0].shape[0]
         slots = self.allocator.alloc_block_slots(group, blocks * self.rows_per_block)
         if slots is None:
-            self.unstored_tokens += int(positions.numel())
+            self.unstored_tokens += int(virtual.numel())
             return
         slots = slots.long()
         for (k_buffer, v_buffer), (keys, values) in zip(self._buffers(group), packed):
             k_buffer[slots] = keys.view(k_buffer.dtype).reshape(-1, *k_buffer.shape[1:])
             v_buffer[slots] = values.view(v_buffer.dtype).reshape(-1, *v_buffer.shape[1:])
-        held = self.requests.setdefault(row, [GroupBlocks() for _ in self.pool.layout.ranges])[group]
-        held.positions += list(positions.split(BLOCK_TOKENS))
-        held.slots += list(slots.split(self.rows_per_block))
-        held._flat = None
+        table = self.tables[group]
+        ids = table.take(blocks)
+        table.slots[ids] = slots.view(blocks, self.rows_per_block)
+        order = torch.arange(virtual.numel(), device=virtual.device)
+        table.live[ids] = torch.bincount(order // BLOCK_TOKENS, minlength=blocks)
+        entries = ids[order // BLOCK_TOKENS] * BLOCK_TOKENS + order % BLOCK_TOKENS + 1
+        self.token_block[group, virtual] = entries.to(torch.int32)
 
-    def read(self, row: int, group: int, layer_id: int) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
-        """Request ``row``'s 2-bit tokens in layer ``layer_id`` of ``group``, dequantized.
+    def forget(self, virtual: torch.Tensor) -> None:
+        """The ids ``virtual`` (``(n,)`` int) were freed: they leave their blocks, and blocks left
+        without a token give their slots back to their groups."""
+        virtual = virtual.long()
+        for group, table in enumerate(self.tables):
+            entries = self.token_block[group, virtual].long()
+            held = entries > 0
+            if not bool(held.any()):
+                continue
+            self.token_block[group, virtual[held]] = 0
+            blocks = (entries[held] - 1) // BLOCK_TOKENS
+            table.live.index_add_(0, blocks, torch.full_like(blocks, -1))
+            touched = torch.unique(blocks)
+            emptied = touched[table.live[touched] == 0]
+            if emptied.numel():
+                self.allocator.free_block_slots(group, table.slots[emptied].flatten())
+                table.slots[emptied] = 0
+                table.free = torch.cat((table.free, emptied))
 
-        Returns
-        -------
-        tuple[Tensor, Tensor, Tensor] or None
-            Positions ``(t,)`` int64 (ascending within each block, blocks in the order stored), keys
-            and values ``(t, heads, head_dim)`` float32; None when the request has none in the group.
-        """
-        held = self.requests.get(row)
-        if held is None or not held[group].positions:
+    def freed_by(self, group: int, virtual: torch.Tensor) -> int:
+        """Slots of ``group`` that freeing the ids ``virtual`` (``(n,)`` int, distinct) would give back
+        through their blocks: those of the blocks all of whose live tokens are among them."""
+        entries = self.token_block[group, virtual.long()].long()
+        entries = entries[entries > 0]
+        if not entries.numel():
+            return 0
+        table = self.tables[group]
+        counts = torch.bincount((entries - 1) // BLOCK_TOKENS, minlength=table.live.numel())
+        return int(((counts == table.live) & (table.live > 0)).sum()) * self.rows_per_block
+
+    def locate(self, group: int, virtual: torch.Tensor) -> Optional[LocatedTokens]:
+        """The 2-bit tokens among a request's row ``virtual`` (``(n,)`` int ids by position) in
+        ``group``; None when there are none."""
+        entries = self.token_block[group, virtual.long()].long()
+        positions = torch.nonzero(entries > 0).flatten()
+        if not positions.numel():
             return None
-        positions, slots, index = held[group].flat()
+        entries = entries[positions] - 1
+        blocks, which = torch.unique(entries // BLOCK_TOKENS, return_inverse=True)
+        slots = self.tables[group].slots[blocks].flatten()
+        return LocatedTokens(positions, slots, which * BLOCK_TOKENS + entries % BLOCK_TOKENS)
+
+    def read(self, located: LocatedTokens, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`locate`'s tokens in layer ``layer_id`` (of their group), dequantized: keys and
+        values ``(t, heads, head_dim)`` float32, in ``located.positions`` order."""
         layer = layer_id - self.pool.start_layer
-        keys = self.pool.k_buffer[layer][slots].view(torch.uint8).reshape(-1, self.block_bytes)
-        values = self.pool.v_buffer[layer][slots].view(torch.uint8).reshape(-1, self.block_bytes)
-        keys = dequantize_key_blocks(keys, self.heads, self.head_dim).flatten(0, 1)[index]
-        values = dequantize_value_blocks(values, self.heads, self.head_dim).flatten(0, 1)[index]
-        return positions, keys, values
+        keys = self.pool.k_buffer[layer][located.slots].view(torch.uint8).reshape(-1, self.block_bytes)
+        values = self.pool.v_buffer[layer][located.slots].view(torch.uint8).reshape(-1, self.block_bytes)
+        keys = dequantize_key_blocks(keys, self.heads, self.head_dim).flatten(0, 1)[located.index]
+        values = dequantize_value_blocks(values, self.heads, self.head_dim).flatten(0, 1)[located.index]
+        return keys, values
 
-    def positions(self, row: int) -> list[torch.Tensor]:
-        """``(num_groups,)`` of ``(t_g,)`` int64: the positions request ``row`` holds at 2 bits per group."""
-        held = self.requests.get(row)
-        empty = torch.zeros(0, dtype=torch.int64, device=self.pool.device)
-        if held is None:
-            return [empty for _ in self.pool.layout.ranges]
-        return [blocks.flat()[0] if blocks.positions else empty for blocks in held]
-
-    def slot_counts(self, row: int) -> list[int]:
-        """``(num_groups,)``: the physical slots request ``row``'s 2-bit blocks take in each group."""
-        held = self.requests.get(row)
-        return [len(blocks.slots) * self.rows_per_block for blocks in held] if held is not None \
-            else [0] * len(self.pool.layout.ranges)
-
-    def release(self, row: int) -> None:
-        """Request ``row`` left the pool: its blocks' slots go back to their groups."""
-        held = self.requests.pop(row, None)
-        for group, blocks in enumerate(held or []):
-            if blocks.slots:
-                self.allocator.free_block_slots(group, torch.cat(blocks.slots))
+    def row_summary(self, virtual: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
+        """For a request's row ``virtual`` (``(n,)`` int ids by position): per group the positions
+        ``(t_g,)`` int64 held at 2 bits, and the slots of the blocks holding them (shared blocks
+        counted whole)."""
+        positions, slots = [], []
+        for group in range(len(self.tables)):
+            located = self.locate(group, virtual)
+            positions.append(located.positions if located is not None else
+                             torch.zeros(0, dtype=torch.int64, device=virtual.device))
+            slots.append(0 if located is None else int(located.slots.numel()))
+        return positions, slots
 
     def held_slots(self, group: int) -> torch.Tensor:
         """``(s,)`` int64: every physical slot of ``group`` holding a 2-bit block."""
-        slots = [torch.cat(held[group].slots) for held in self.requests.values() if held[group].slots]
-        return torch.cat(slots) if slots else torch.zeros(0, dtype=torch.int64, device=self.pool.device)
+        return self.tables[group].held_slots()
 
     def clear(self) -> None:
         """Forget every block (the allocator was cleared)."""
-        self.requests.clear()
+        self.token_block.zero_()
+        for table in self.tables:
+            table.clear()

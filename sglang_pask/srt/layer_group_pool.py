@@ -192,7 +192,8 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
     allocated now: the fewest free ids or free slots of any group (the fullest group, in tokens).
     Admission counts every group on its own (:class:`~.layer_group_admission.LayerGroupPrefillBudget`).
     Under ``--kv-dropped 2bit`` the groups' 2-bit blocks (:attr:`lowbit`) take slots of the same
-    allocators (:meth:`alloc_block_slots`, :meth:`free_block_slots`) that no virtual id maps.
+    allocators (:meth:`alloc_block_slots`, :meth:`free_block_slots`) that no virtual id maps, and
+    ``free(ids)`` also takes the ids out of their blocks (a block's slots return with its last id).
 
     Parameters
     ----------
@@ -290,10 +291,13 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         -------
         tuple[int, list[int]]
             The free ids plus ``n``, and ``(num_groups,)`` per group the free slots plus the slots
-            those ids hold there (a group holds a slot for only the tokens it kept).
+            those ids hold there (a group holds a slot for only the tokens it kept, and under
+            ``--kv-dropped 2bit`` the slots of the 2-bit blocks left without a token).
         """
         held = (self.pool.group_loc[:, evictable.long()] > 0).sum(dim=1).tolist() if evictable.numel() else \
             [0] * len(self.group_allocators)
+        if self.lowbit is not None and evictable.numel():
+            held = [h + self.lowbit.freed_by(group, evictable) for group, h in enumerate(held)]
         per_group = [a.available_size() + h for a, h in zip(self.group_allocators, held)]
         return self.virtual_available_size() + int(evictable.numel()), per_group
 
@@ -339,6 +343,8 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             return
         for group in range(len(self.group_allocators)):
             self.drop(group, free_index)
+        if self.lowbit is not None:
+            self.lowbit.forget(free_index)
         super().free(free_index)
 
     def drop(self, group: int, virtual: torch.Tensor) -> int:

@@ -18,7 +18,7 @@ import torch
 from sglang_pask.kernels.window_scores import sequence_window_scores
 from sglang_pask.policy.distortion import attention_distortion
 from sglang_pask.srt.kv_views import KVViewTable
-from sglang_pask.srt.layer_group_lowbit import LowBitStore
+from sglang_pask.srt.layer_group_lowbit import LocatedTokens, LowBitStore
 from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
 from sglang_pask.srt.structkv_pass import StructKVPass
 
@@ -46,11 +46,13 @@ class LayerGroupReads:
         self.views: Optional[KVViewTable] = pool.views if self.grouped else None
         self.lowbit: Optional[LowBitStore] = getattr(pool, "lowbit", None) if self.grouped else None
         self._reads: dict[int, list[ReadList]] = {}
+        self._lowbit_reads: dict[int, list[Optional[LocatedTokens]]] = {}
         self._batch: list[BatchEntry] = []
 
     def _begin_forward(self, forward_batch: Any) -> None:
         """Record the forward's requests in batch order and make sure each has its view."""
         self._reads = {}
+        self._lowbit_reads = {}
         rows = forward_batch.req_pool_indices.tolist()
         seq_lens = forward_batch.seq_lens_cpu.tolist() if forward_batch.seq_lens_cpu is not None \
             else forward_batch.seq_lens.tolist()
@@ -92,13 +94,18 @@ class LayerGroupReads:
                    dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
         """Request ``index``'s 2-bit tokens in layer ``layer_id`` (``--kv-dropped 2bit``), dequantized to
         ``dtype``: keys and values ``(kv_heads, t, head_dim)``; None when it has none there. They are
-        all positions before the step's fresh tokens, which the causal mask needs last."""
+        all positions before the step's fresh tokens (its cached prefix, shared or not), which the
+        causal mask needs last. Located once per forward and group."""
         if self.lowbit is None:
             return None
-        found = self.lowbit.read(self._batch[index][0], group, layer_id)
-        if found is None:
+        located = self._lowbit_reads.get(group)
+        if located is None:
+            req_to_token = self.req_to_token_pool.req_to_token
+            located = self._lowbit_reads[group] = [
+                self.lowbit.locate(group, req_to_token[row, :prefix_len]) for row, _, prefix_len, _ in self._batch]
+        if located[index] is None:
             return None
-        _, keys, values = found
+        keys, values = self.lowbit.read(located[index], layer_id)
         return keys.to(dtype).movedim(0, 1), values.to(dtype).movedim(0, 1)
 
     def _row_counts(self, prune: Optional[StructKVPass]) -> list[int]:

@@ -9,10 +9,10 @@ Hooks (registered by :mod:`.hooks`):
   :class:`~.layer_group_pool.LayerGroupAllocator` over ``V`` virtual ids and the request views
   (:class:`~.kv_views.KVViewTable`) with the policy and its group budgets.
 * ``KVCacheConfigurator.configure`` (AFTER): the scheduler's token capacity becomes ``V``.
-* ``ReqToTokenPool.free`` / ``free_rows`` (AROUND): a request leaving the pool leaves the views
-  (and, under ``--kv-dropped 2bit``, frees its 2-bit blocks: :mod:`.layer_group_lowbit`); its final
-  KV statistics go on the request (``req.pask_kv_stats``) for its response, with the positions each
-  group kept if the request asked (``return_kv_kept``).
+* ``ReqToTokenPool.free`` / ``free_rows`` (AROUND): a request leaving the pool leaves the views;
+  its final KV statistics go on the request (``req.pask_kv_stats``) for its response, with the
+  positions each group kept if the request asked (``return_kv_kept``). (Under ``--kv-dropped 2bit``
+  the 2-bit blocks belong to their tokens' ids and go with them: :mod:`.layer_group_lowbit`.)
 * ``InvariantChecker._check_full_pool`` (AROUND): the idle leak check counts virtual ids and checks
   every group's slot conservation.
 
@@ -210,7 +210,7 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
         if state.lowbit is None:
             allocator.drop(group, virtual)
         else:
-            state.lowbit.drop(row, group, positions, virtual)
+            state.lowbit.drop(group, virtual)
 
     state.allocator = allocator
     state.requests = RequestRoles()
@@ -237,8 +237,8 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
     row = int(req.kv.req_pool_idx)
     request = state.views.views.get(row) if state is not None and state.views is not None else None
     held = state.held_positions(row, request, req_pool.req_to_token) if request is not None else None
-    lowbit = state.lowbit.positions(row) if request is not None and state.lowbit is not None else None
-    lowbit_slots = state.lowbit.slot_counts(row) if lowbit is not None else None
+    lowbit, lowbit_slots = state.lowbit.row_summary(req_pool.req_to_token[row, :request.seq_len]) \
+        if request is not None and state.lowbit is not None else (None, None)
     result = original(req_pool, req)  # frees the row through free_rows, which drops the views
     if state is not None and state.views is not None:
         state.views.release(row)
@@ -258,7 +258,7 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
             if wants(req, KEPT_FLAG):
                 stats["kept_positions"] = [positions.tolist() for positions in held]
                 if lowbit is not None:
-                    stats["lowbit_positions"] = [sorted(positions.tolist()) for positions in lowbit]
+                    stats["lowbit_positions"] = [positions.tolist() for positions in lowbit]
             if request.prefill is not None:
                 stats["structkv"] = request.prefill
             if request.probe is not None and request.probe.distortion_budget is not None:
@@ -275,8 +275,6 @@ def release_rows(original: Any, req_pool: Any, indices: Any) -> Any:
         for row in (indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)):
             state.views.release(int(row))
             state.requests.forget(int(row))
-            if state.lowbit is not None:
-                state.lowbit.release(int(row))
     return result
 
 
