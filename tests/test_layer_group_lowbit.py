@@ -97,24 +97,33 @@ def prefill(allocator, req_to_token, backend, row: int, length: int, generator):
 
 
 def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_two_bits():
+    # Three requests decode in one batch (their blocks dequantized together); one has no 2-bit token.
     pool, allocator, store, req_to_token, backend = make_store()
     generator = torch.Generator().manual_seed(11)
-    length = 100
-    extend = prefill(allocator, req_to_token, backend, 1, length, generator)
-    step = allocator.alloc(1)
-    req_to_token[1, length] = step
-    decode = run_layers(backend, forward_batch([1], [length + 1], [1], step, decode=True), 1, generator, decode=True)
-    for group, ((_, k, v, _), (q, k_new, v_new, output)) in enumerate(zip(extend, decode)):
-        kept = pool.views.views[1].groups[group].kept
-        assert kept is not None and kept.numel() == capacity(BUDGET, length, WINDOW)
-        dropped = torch.tensor(sorted(set(range(length)) - set(kept.tolist())))
-        assert torch.equal(store.locate(group, req_to_token[1, :length]).positions, dropped)
-        keys, values = k.clone(), v.clone()
-        keys[dropped], values[dropped] = quantized(k[dropped], True), quantized(v[dropped], False)
-        keys, values = torch.cat((keys, k_new)), torch.cat((values, v_new))
-        logits = torch.einsum("hd,lhd->hl", q.view(Q_HEADS, HEAD_DIM), keys.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
-        reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), values.repeat_interleave(2, dim=1))
-        torch.testing.assert_close(output, reference.reshape(1, -1), rtol=1e-5, atol=1e-5)
+    lengths = {1: 100, 2: 3, 3: 70}
+    extends = {row: prefill(allocator, req_to_token, backend, row, length, generator) for row, length in lengths.items()}
+    steps = allocator.alloc(len(lengths))
+    for row, step in zip(lengths, steps):
+        req_to_token[row, lengths[row]] = step
+    batch = forward_batch(list(lengths), [n + 1 for n in lengths.values()], [1] * len(lengths), steps, decode=True)
+    decode = run_layers(backend, batch, len(lengths), generator, decode=True)
+    for index, (row, length) in enumerate(lengths.items()):
+        for group, ((_, k, v, _), (q, k_new, v_new, output)) in enumerate(zip(extends[row], decode)):
+            kept = pool.views.views[row].groups[group].kept  # None: nothing was compressed
+            kept = list(range(length)) if kept is None else kept.tolist()
+            assert len(kept) == capacity(BUDGET, length, WINDOW)
+            dropped = torch.tensor(sorted(set(range(length)) - set(kept)), dtype=torch.int64)
+            located = store.locate(group, req_to_token[row, :length])
+            assert (located is None) == (row == 2) and (located is None or torch.equal(located.positions, dropped))
+            keys, values = k.clone(), v.clone()
+            if dropped.numel():
+                keys[dropped], values[dropped] = quantized(k[dropped], True), quantized(v[dropped], False)
+            keys = torch.cat((keys, k_new[index:index + 1]))
+            values = torch.cat((values, v_new[index:index + 1]))
+            query = q[index].view(Q_HEADS, HEAD_DIM)
+            logits = torch.einsum("hd,lhd->hl", query, keys.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
+            reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), values.repeat_interleave(2, dim=1))
+            torch.testing.assert_close(output[index], reference.reshape(-1), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
