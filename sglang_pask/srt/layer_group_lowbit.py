@@ -245,29 +245,15 @@ class LowBitStore:
         slots = self.tables[group].slots[blocks].flatten()
         return LocatedTokens(positions, slots, which * BLOCK_TOKENS + entries % BLOCK_TOKENS)
 
-    def read(self, located: list[LocatedTokens], layer_id: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """:meth:`locate`'s tokens of several requests in layer ``layer_id`` (of their group),
-        dequantized in one pass over all their blocks.
-
-        Returns
-        -------
-        list[tuple[Tensor, Tensor]]
-            Per entry of ``located``, keys and values ``(t, heads, head_dim)`` float32 in its
-            ``positions`` order.
-        """
+    def read(self, located: LocatedTokens, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`locate`'s tokens in layer ``layer_id`` (of their group), dequantized: keys and
+        values ``(t, heads, head_dim)`` float32, in ``located.positions`` order."""
         layer = layer_id - self.pool.start_layer
-        slots = torch.cat([entry.slots for entry in located])
-        blocks = [entry.slots.numel() // self.rows_per_block for entry in located]
-        starts = [0]
-        for count in blocks[:-1]:
-            starts.append(starts[-1] + count * BLOCK_TOKENS)
-        index = torch.cat([entry.index + start for entry, start in zip(located, starts)])
-        keys = self.pool.k_buffer[layer][slots].view(torch.uint8).reshape(-1, self.block_bytes)
-        values = self.pool.v_buffer[layer][slots].view(torch.uint8).reshape(-1, self.block_bytes)
-        keys = dequantize_key_blocks(keys, self.heads, self.head_dim).flatten(0, 1)[index]
-        values = dequantize_value_blocks(values, self.heads, self.head_dim).flatten(0, 1)[index]
-        counts = [int(entry.positions.numel()) for entry in located]
-        return list(zip(keys.split(counts), values.split(counts)))
+        keys = self.pool.k_buffer[layer][located.slots].view(torch.uint8).reshape(-1, self.block_bytes)
+        values = self.pool.v_buffer[layer][located.slots].view(torch.uint8).reshape(-1, self.block_bytes)
+        keys = dequantize_key_blocks(keys, self.heads, self.head_dim).flatten(0, 1)[located.index]
+        values = dequantize_value_blocks(values, self.heads, self.head_dim).flatten(0, 1)[located.index]
+        return keys, values
 
     def row_summary(self, virtual: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
         """For a request's row ``virtual`` (``(n,)`` int ids by position): per group the positions

@@ -47,15 +47,12 @@ class LayerGroupReads:
         self.lowbit: Optional[LowBitStore] = getattr(pool, "lowbit", None) if self.grouped else None
         self._reads: dict[int, list[ReadList]] = {}
         self._lowbit_reads: dict[int, list[Optional[LocatedTokens]]] = {}
-        # The current layer's dequantized 2-bit tokens of every request: (layer id, per request).
-        self._lowbit_layer: Optional[tuple[int, list[Optional[tuple[torch.Tensor, torch.Tensor]]]]] = None
         self._batch: list[BatchEntry] = []
 
     def _begin_forward(self, forward_batch: Any) -> None:
         """Record the forward's requests in batch order and make sure each has its view."""
         self._reads = {}
         self._lowbit_reads = {}
-        self._lowbit_layer = None
         rows = forward_batch.req_pool_indices.tolist()
         seq_lens = forward_batch.seq_lens_cpu.tolist() if forward_batch.seq_lens_cpu is not None \
             else forward_batch.seq_lens.tolist()
@@ -98,23 +95,17 @@ class LayerGroupReads:
         """Request ``index``'s 2-bit tokens in layer ``layer_id`` (``--kv-dropped 2bit``), dequantized to
         ``dtype``: keys and values ``(kv_heads, t, head_dim)``; None when it has none there. They are
         all positions before the step's fresh tokens (its cached prefix, shared or not), which the
-        causal mask needs last. Located once per forward and group; dequantized once per layer for
-        every request of the batch."""
+        causal mask needs last. Located once per forward and group."""
         if self.lowbit is None:
             return None
-        if self._lowbit_layer is None or self._lowbit_layer[0] != layer_id:
-            located = self._lowbit_reads.get(group)
-            if located is None:
-                req_to_token = self.req_to_token_pool.req_to_token
-                located = self._lowbit_reads[group] = [
-                    self.lowbit.locate(group, req_to_token[row, :prefix_len]) for row, _, prefix_len, _ in self._batch]
-            present = [entry for entry in located if entry is not None]
-            read = iter(self.lowbit.read(present, layer_id) if present else [])
-            self._lowbit_layer = (layer_id, [None if entry is None else next(read) for entry in located])
-        found = self._lowbit_layer[1][index]
-        if found is None:
+        located = self._lowbit_reads.get(group)
+        if located is None:
+            req_to_token = self.req_to_token_pool.req_to_token
+            located = self._lowbit_reads[group] = [
+                self.lowbit.locate(group, req_to_token[row, :prefix_len]) for row, _, prefix_len, _ in self._batch]
+        if located[index] is None:
             return None
-        keys, values = found
+        keys, values = self.lowbit.read(located[index], layer_id)
         return keys.to(dtype).movedim(0, 1), values.to(dtype).movedim(0, 1)
 
     def _row_counts(self, prune: Optional[StructKVPass]) -> list[int]:
