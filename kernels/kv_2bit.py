@@ -7,14 +7,11 @@ A *block* holds up to :data:`BLOCK_TOKENS` tokens of one layer's K (or V), for `
 
 * Keys (per channel, KIVI): a group is one channel of one head over the block's tokens. Packed:
   codes ``(heads, head_dim, BLOCK_TOKENS / 4)`` uint8, then scale and zero ``(heads, head_dim)`` fp16.
-* Values (per token): a group is :data:`GROUP_CHANNELS` consecutive channels of one head of one token,
-  rotated by the orthonormal Hadamard matrix of :data:`GROUP_CHANNELS` before it is quantized and
-  rotated back after (:func:`hadamard`; the matrix is its own inverse). The rotation spreads a
-  channel that stands out over the whole group, so the group's range, hence its step, shrinks
-  (QuaRot's idea; on calibration items it brought the answer's likelihood under PASK 0.12 + 2-bit
-  closer to full KV's: ``bench/results/pask_2bit_rotation_calib_2026-12-06.md``). Packed: codes
-  ``(BLOCK_TOKENS, heads, head_dim / 4)`` uint8, then scale and zero
-  ``(BLOCK_TOKENS, heads, head_dim / GROUP_CHANNELS)`` fp16.
+* Values (per token): a group is :data:`GROUP_CHANNELS` consecutive channels of one head of one token.
+  Packed: codes ``(BLOCK_TOKENS, heads, head_dim / 4)`` uint8, then scale and zero
+  ``(BLOCK_TOKENS, heads, head_dim / GROUP_CHANNELS)`` fp16. (Rotating each group by a Hadamard
+  matrix first lowered the values' error but cost 7.6 points on the 228 BFCL evaluation items, so
+  values are not rotated: ``bench/results/pask_2bit_rotation_calib_2026-12-06.md``.)
 
 Either part is ``12 * heads * head_dim`` bytes (:func:`packed_block_bytes`): 3/16 of the block's bf16
 bytes. A block of fewer tokens is padded with copies of its last token, which leaves every group's
@@ -28,7 +25,6 @@ serve 2-bit blocks).
 
 from __future__ import annotations
 
-import functools
 import math
 
 import torch
@@ -38,7 +34,7 @@ GROUP_CHANNELS = 32
 LEVELS = 3  # the largest 2-bit code
 _SHIFTS = (0, 2, 4, 6)
 # The divisor of a group whose fp16 scale is 0 (its elements all equal, or closer than fp16 resolves):
-# its codes are then all 0 and it dequantizes to its minimum.
+# its codes stay in 0..3 (never 0 / 0) and, times a scale of 0, it dequantizes to its minimum.
 _MIN_STEP = 1e-8
 
 
@@ -52,23 +48,6 @@ def check_head_dim(head_dim: int) -> None:
     """Raise ``ValueError`` unless values can be grouped by :data:`GROUP_CHANNELS` channels."""
     if head_dim % GROUP_CHANNELS != 0:
         raise ValueError(f"2-bit KV blocks need a head_dim that is a multiple of {GROUP_CHANNELS}, got {head_dim}")
-
-
-def hadamard(n: int) -> torch.Tensor:
-    """``(n, n)`` float32 orthonormal Hadamard matrix (Sylvester's construction), ``n`` a power of two.
-    It is symmetric, so it is its own inverse."""
-    if n < 1 or n & (n - 1):
-        raise ValueError(f"a Hadamard matrix of Sylvester's construction needs a power of two, got {n}")
-    matrix = torch.ones(1, 1)
-    while matrix.shape[0] < n:
-        matrix = torch.cat((torch.cat((matrix, matrix), dim=1), torch.cat((matrix, -matrix), dim=1)))
-    return matrix / math.sqrt(n)
-
-
-@functools.cache
-def _value_rotation(device: torch.device) -> torch.Tensor:
-    """``(GROUP_CHANNELS, GROUP_CHANNELS)`` float32 :func:`hadamard` on ``device``."""
-    return hadamard(GROUP_CHANNELS).to(device)
 
 
 def pad_block(tokens: torch.Tensor) -> torch.Tensor:
@@ -152,8 +131,7 @@ def dequantize_key_blocks(packed: torch.Tensor, heads: int, head_dim: int) -> to
 
 
 def quantize_value_blocks(values: torch.Tensor) -> torch.Tensor:
-    """Pack blocks of values per token, in groups of :data:`GROUP_CHANNELS` channels, each group
-    rotated by :func:`hadamard` first.
+    """Pack blocks of values per token, in groups of :data:`GROUP_CHANNELS` channels.
 
     Parameters
     ----------
@@ -167,8 +145,8 @@ def quantize_value_blocks(values: torch.Tensor) -> torch.Tensor:
     """
     blocks, tokens, heads, head_dim = values.shape
     check_head_dim(head_dim)
-    grouped = values.reshape(blocks, tokens, heads, head_dim // GROUP_CHANNELS, GROUP_CHANNELS).float()
-    codes, scale, zero = _quantize_groups(grouped @ _value_rotation(values.device))
+    codes, scale, zero = _quantize_groups(values.reshape(blocks, tokens, heads, head_dim // GROUP_CHANNELS,
+                                                         GROUP_CHANNELS))
     return _serialize(codes.reshape(blocks, tokens, heads, head_dim), scale, zero)
 
 
@@ -177,5 +155,4 @@ def dequantize_value_blocks(packed: torch.Tensor, heads: int, head_dim: int) -> 
     groups = head_dim // GROUP_CHANNELS
     codes, scale, zero = _deserialize(packed, (BLOCK_TOKENS, heads, head_dim), (BLOCK_TOKENS, heads, groups, 1))
     grouped = codes.reshape(-1, BLOCK_TOKENS, heads, groups, GROUP_CHANNELS)
-    rotated = grouped.float() * scale.float() + zero.float()
-    return (rotated @ _value_rotation(packed.device)).reshape(-1, BLOCK_TOKENS, heads, head_dim)
+    return (grouped.float() * scale.float() + zero.float()).reshape(-1, BLOCK_TOKENS, heads, head_dim)
