@@ -92,6 +92,9 @@ class GroupBlockTable:
 
     def take(self, count: int) -> torch.Tensor:
         """``(count,)`` int64 free block ids (the caller holds the slots for them, so they exist)."""
+        if count > self.free.numel():
+            raise RuntimeError(f"2-bit block table: {count} blocks asked, {self.free.numel()} free "
+                               "(more blocks than the group's slots can hold)")
         taken, self.free = self.free[:count], self.free[count:]
         return taken
 
