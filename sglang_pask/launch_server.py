@@ -188,7 +188,7 @@ def attention_backend_flags(config: PaskConfig, sglang_argv: list[str], gpu: boo
     backend is ``triton`` on a GPU and ``torch_native`` on a CPU (StructKV runs on both). On a GPU,
     CUDA graphs are turned off (compression runs in Python between layers and the read lists change
     every step). On a CPU, triton runs only under Triton's interpreter (``TRITON_INTERPRET=1``), which
-    computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``. ``--kv-dropped 2bit`` needs
+    computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``. A low-bit ``--kv-dropped`` mode needs
     torch_native.
     """
     used = []
@@ -207,7 +207,7 @@ def attention_backend_flags(config: PaskConfig, sglang_argv: list[str], gpu: boo
         extra += ["--attention-backend", default]
         used.append(default)
     if "triton" in used and config.kv_dropped != "drop":
-        raise ConfigError(f"--kv-dropped {config.kv_dropped}: 2-bit blocks are read by the torch_native attention "
+        raise ConfigError(f"--kv-dropped {config.kv_dropped}: low-bit blocks are read by the torch_native attention "
                           "backend only; pass --attention-backend torch_native")
     if "triton" in used:
         if _has_flag(sglang_argv, "--enable-deterministic-inference"):

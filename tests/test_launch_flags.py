@@ -161,7 +161,7 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
         (["--enable-deterministic-inference"], True, {}, "--enable-deterministic-inference: SGLang's deterministic"),
         (["--page-size", "16"], True, {}, "--page-size: layer groups on the triton backend read one-token pages only, got 16"),
         (["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-decode", "keep", "--kv-dropped", "2bit"], True, {},
-         "--kv-dropped 2bit: 2-bit blocks are read by the torch_native attention backend only"),
+         "--kv-dropped 2bit: low-bit blocks are read by the torch_native attention backend only"),
     ],
 )
 def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, env, message, monkeypatch):

@@ -1,7 +1,7 @@
-"""``--kv-dropped 2bit`` in process: the layer-group pool keeps dropped tokens as 2-bit blocks.
+"""``--kv-dropped 2bit|k2v4|k4v2`` in process: the layer-group pool keeps dropped tokens as low-bit blocks.
 
 Real SGLang classes (its MHA pool, token allocator and torch_native backend) with sglang-pask's
-layer-group subclasses and the 2-bit store; the model runner and forward batch are minimal stand-ins
+layer-group subclasses and the low-bit store; the model runner and forward batch are minimal stand-ins
 carrying only the fields the backend reads.
 """
 
@@ -16,7 +16,7 @@ from types import SimpleNamespace  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from sglang_pask.kernels.kv_2bit import (  # noqa: E402
+from sglang_pask.kernels.kv_lowbit import (  # noqa: E402
     BLOCK_TOKENS,
     dequantize_key_blocks,
     dequantize_value_blocks,
@@ -28,21 +28,23 @@ from sglang_pask.policy import capacity, get_policy  # noqa: E402
 from sglang_pask.srt.group_sizing import virtual_slot_count  # noqa: E402
 from sglang_pask.srt.kv_views import KVViewTable  # noqa: E402
 from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend  # noqa: E402
-from sglang_pask.srt.layer_group_lowbit import LowBitStore, rows_per_block, storage_budget  # noqa: E402
+from sglang_pask.srt.layer_group_lowbit import BlockFormat, LowBitStore  # noqa: E402
 from sglang_pask.srt.layer_group_pool import LayerGroupAllocator, LayerGroupLayout, LayerGroupMHAKVPool  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 32, 2
 ROWS, CONTEXT, WINDOW, BUDGET = 4, 160, 4, 0.25
+TWO_BIT = BlockFormat(2, 2)
+FORMATS = [TWO_BIT, BlockFormat(2, 4), BlockFormat(4, 2)]
 
 
-def make_store(slots: int = 512, dtype: torch.dtype = torch.float32):
-    """A two-group pool (one layer each) with its allocator, 2-bit store and views (SnapKV, decode keeps)."""
+def make_store(slots: int = 512, dtype: torch.dtype = torch.float32, block_format: BlockFormat = TWO_BIT):
+    """A two-group pool (one layer each) with its allocator, low-bit store and views (SnapKV, decode keeps)."""
     budgets = [BUDGET, BUDGET]
     layout = LayerGroupLayout((range(0, 1), range(1, 2)), slots, (slots, slots), virtual_slot_count([slots] * 2, budgets))
     pool = LayerGroupMHAKVPool(slots, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM,
                                layer_num=LAYERS, device="cpu", enable_memory_saver=False, layout=layout)
     allocator = LayerGroupAllocator(pool, dtype, "cpu", need_sort=False, budgets=budgets, compress_decode=False)
-    store = allocator.lowbit = pool.lowbit = LowBitStore(pool, allocator)
+    store = allocator.lowbit = pool.lowbit = LowBitStore(block_format, pool, allocator)
     req_to_token = torch.zeros((ROWS, CONTEXT), dtype=torch.int32)
 
     def drop(row, group, positions):
@@ -81,12 +83,13 @@ def run_layers(backend, batch, tokens: int, generator, decode=False):
     return results
 
 
-def quantized(tokens: torch.Tensor, keys: bool) -> torch.Tensor:
-    """``(n, heads, head_dim)`` through 2-bit blocks of 32 consecutive tokens and back."""
+def quantized(tokens: torch.Tensor, keys: bool, block_format: BlockFormat = TWO_BIT) -> torch.Tensor:
+    """``(n, heads, head_dim)`` through low-bit blocks of 32 consecutive tokens and back."""
+    bits = block_format.key_bits if keys else block_format.value_bits
     out = []
     for chunk in tokens.split(BLOCK_TOKENS):
-        packed = (quantize_key_blocks if keys else quantize_value_blocks)(pad_block(chunk)[None])
-        out.append((dequantize_key_blocks if keys else dequantize_value_blocks)(packed, KV_HEADS, HEAD_DIM)[0, :chunk.shape[0]])
+        packed = (quantize_key_blocks if keys else quantize_value_blocks)(pad_block(chunk)[None], bits)
+        out.append((dequantize_key_blocks if keys else dequantize_value_blocks)(packed, KV_HEADS, HEAD_DIM, bits)[0, :chunk.shape[0]])
     return torch.cat(out)
 
 
@@ -96,9 +99,10 @@ def prefill(allocator, req_to_token, backend, row: int, length: int, generator):
     return run_layers(backend, forward_batch([row], [length], [length], ids), length, generator)
 
 
-def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_two_bits():
-    # Three requests decode in one batch (their blocks dequantized together); one has no 2-bit token.
-    pool, allocator, store, req_to_token, backend = make_store()
+@pytest.mark.parametrize("block_format", FORMATS)
+def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_low_precision(block_format):
+    # Three requests decode in one batch; one has no low-bit token.
+    pool, allocator, store, req_to_token, backend = make_store(block_format=block_format)
     generator = torch.Generator().manual_seed(11)
     lengths = {1: 100, 2: 3, 3: 70}
     extends = {row: prefill(allocator, req_to_token, backend, row, length, generator) for row, length in lengths.items()}
@@ -117,7 +121,8 @@ def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_two_bits():
             assert (located is None) == (row == 2) and (located is None or torch.equal(located.positions, dropped))
             keys, values = k.clone(), v.clone()
             if dropped.numel():
-                keys[dropped], values[dropped] = quantized(k[dropped], True), quantized(v[dropped], False)
+                keys[dropped] = quantized(k[dropped], True, block_format)
+                values[dropped] = quantized(v[dropped], False, block_format)
             keys = torch.cat((keys, k_new[index:index + 1]))
             values = torch.cat((values, v_new[index:index + 1]))
             query = q[index].view(Q_HEADS, HEAD_DIM)
@@ -126,11 +131,12 @@ def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_two_bits():
             torch.testing.assert_close(output[index], reference.reshape(-1), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("block_format", FORMATS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_blocks_take_slots_of_the_group_and_all_come_back(dtype):
-    pool, allocator, store, req_to_token, backend = make_store(dtype=dtype)
+def test_blocks_take_slots_of_the_group_and_all_come_back(dtype, block_format):
+    pool, allocator, store, req_to_token, backend = make_store(dtype=dtype, block_format=block_format)
     generator = torch.Generator().manual_seed(12)
-    rows = rows_per_block(dtype.itemsize)
+    rows = block_format.rows_per_block(dtype.itemsize)
     lengths = {1: 100, 2: 37}
     for row, length in lengths.items():
         prefill(allocator, req_to_token, backend, row, length, generator)
@@ -164,10 +170,11 @@ def test_a_group_without_free_slots_drops_outright_and_leaks_nothing():
     assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
 
 
-def test_a_later_request_reads_a_cached_prefix_at_two_bits():
+@pytest.mark.parametrize("block_format", [TWO_BIT, BlockFormat(2, 4)])
+def test_a_later_request_reads_a_cached_prefix_at_low_precision(block_format):
     # Row 2 starts with row 1's first 64 token ids, as a radix-cache match gives it, after row 1
-    # left; its decode step reads that prefix: row 1's kept tokens in full, its dropped ones at 2 bits.
-    pool, allocator, store, req_to_token, backend = make_store()
+    # left; its decode step reads that prefix: row 1's kept tokens in full, its dropped ones at low precision.
+    pool, allocator, store, req_to_token, backend = make_store(block_format=block_format)
     generator = torch.Generator().manual_seed(14)
     length, shared = 100, 64
     extend = prefill(allocator, req_to_token, backend, 1, length, generator)
@@ -187,8 +194,8 @@ def test_a_later_request_reads_a_cached_prefix_at_two_bits():
         assert torch.equal(torch.nonzero(~full).flatten(), in_prefix)  # every prefix token is read
         # Row 1 packed its dropped tokens in blocks of 32 of its dropped positions, in order.
         keys, values = k.clone(), v.clone()
-        keys[dropped[group]] = quantized(k[dropped[group]], True)
-        values[dropped[group]] = quantized(v[dropped[group]], False)
+        keys[dropped[group]] = quantized(k[dropped[group]], True, block_format)
+        values[dropped[group]] = quantized(v[dropped[group]], False, block_format)
         keys, values = torch.cat((keys[:shared], k_new)), torch.cat((values[:shared], v_new))
         logits = torch.einsum("hd,lhd->hl", q.view(Q_HEADS, HEAD_DIM), keys.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
         reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), values.repeat_interleave(2, dim=1))
@@ -222,11 +229,15 @@ def test_a_block_lives_while_any_of_its_token_ids_is_allocated():
 
 
 def test_storage_budget_counts_the_blocks():
-    assert rows_per_block(2) == 6 and rows_per_block(4) == 3
-    assert storage_budget(0.175, 2) == pytest.approx(0.175 + 0.825 * 6 / 32)
-    assert storage_budget(1.0, 4) == 1.0
+    assert TWO_BIT.rows_per_block(2) == 6 and TWO_BIT.rows_per_block(4) == 3 and TWO_BIT.rows_per_block(1) == 12
+    assert BlockFormat(2, 4).rows_per_block(2) == 8 and BlockFormat(4, 2).rows_per_block(4) == 4
+    assert TWO_BIT.storage_budget(0.175, 2) == pytest.approx(0.175 + 0.825 * 6 / 32)
+    assert BlockFormat(2, 4).storage_budget(0.047, 2) == pytest.approx(0.047 + 0.953 / 4)
+    assert TWO_BIT.storage_budget(1.0, 4) == 1.0
     with pytest.raises(ValueError, match="1, 2 or 4 bytes"):
-        rows_per_block(3)
+        TWO_BIT.rows_per_block(3)
+    with pytest.raises(ValueError, match="2 or 4 bits"):
+        BlockFormat(2, 3)
 
 
 def test_a_head_dim_that_is_not_a_multiple_of_32_is_refused():
@@ -234,5 +245,5 @@ def test_a_head_dim_that_is_not_a_multiple_of_32_is_refused():
     pool = LayerGroupMHAKVPool(64, page_size=1, dtype=torch.float32, head_num=KV_HEADS, head_dim=48,
                                layer_num=LAYERS, device="cpu", enable_memory_saver=False, layout=layout)
     allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False)
-    with pytest.raises(RuntimeError, match="--kv-dropped 2bit: .*multiple of 32"):
-        LowBitStore(pool, allocator)
+    with pytest.raises(RuntimeError, match="low-bit blocks: .*multiple of 32"):
+        LowBitStore(TWO_BIT, pool, allocator)

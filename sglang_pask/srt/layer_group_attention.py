@@ -4,8 +4,8 @@ Registered in place of ``TorchNativeAttnBackend`` (a class REPLACE hook). With a
 :class:`~.layer_group_pool.LayerGroupMHAKVPool` behind the model runner, every layer reads, per
 request, the positions of its layer group's view (:mod:`.kv_views`), translated to the group's
 physical slots; positions the pool no longer holds (dropped before they reached the prefix cache)
-are skipped. Under ``--kv-dropped 2bit`` a request also reads its dropped tokens, dequantized from
-their 2-bit blocks (:mod:`.layer_group_lowbit`), placed before its read list. The attention itself is SGLang's: the same gather, the same
+are skipped. Under a low-bit ``--kv-dropped`` mode a request also reads its dropped tokens, dequantized from
+their low-bit blocks (:mod:`.layer_group_lowbit`), placed before its read list. The attention itself is SGLang's: the same gather, the same
 ``scaled_dot_product_attention`` call on the same shapes, so with nothing dropped the output is
 bitwise that of stock SGLang. When the policy needs scores, the queries of the step score the keys
 they read (:func:`kernels.window_scores.sequence_window_scores`), and after a group's last layer the

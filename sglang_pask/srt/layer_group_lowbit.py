@@ -1,22 +1,25 @@
-"""``--kv-dropped 2bit``: the tokens a layer group drops stay readable at 2 bits, in the group's own slots.
+"""``--kv-dropped 2bit|k2v4``: the tokens a layer group drops stay readable at low precision, in the group's own slots.
 
 When a group drops some tokens (:class:`~.kv_views.KVViewTable` via the runtime's drop function),
 their K and V in each of the group's layers are quantized in blocks of up to 32 tokens (ascending
-positions) in KIVI's layout (:mod:`sglang_pask.kernels.kv_2bit`: keys per channel, values per
-token), their full-precision slots go back to the group's allocator, and each block's packed bytes
-are written into :attr:`LowBitStore.rows_per_block` physical slots taken from the same allocator:
-the block's packed keys fill those slots' rows of each layer's K buffer, its packed values the rows
-of the V buffer. A block costs ``12 * heads * head_dim`` bytes per layer in each of K and V, so
-``12 / itemsize`` rows (6 in bf16, 3 in float32): a dropped token costs 3/16 of a bf16 slot instead
-of a whole one, and the pool's byte budget, admission and leak checks see those slots like any other.
+positions) in KIVI's layout (:mod:`sglang_pask.kernels.kv_lowbit`: keys per channel, values per
+token), keys and values each at the :class:`BlockFormat`'s width (``2bit``: both at 2 bits;
+``k2v4``: keys at 2, values at 4). Their full-precision slots go back to the
+group's allocator, and each block's packed bytes (keys, then values) are written into
+:meth:`BlockFormat.rows_per_block` physical slots taken from the same allocator: the first half of
+the bytes fills those slots' rows of each layer's K buffer, the second half the rows of the V buffer.
+A block costs ``(4 * (key_bits + value_bits) + 8) * heads * head_dim`` bytes per layer, so
+``(2 * (key_bits + value_bits) + 4) / itemsize`` rows: 6 bf16 slots for 32 tokens at 2 bits (a dropped
+token costs 3/16 of a bf16 slot), 8 with one half at 4 bits (1/4), and the pool's byte budget,
+admission and leak checks see those slots like any other.
 
 Blocks belong to their tokens, not to a request: the store maps each virtual id (SGLang's token id)
 to its block and place in it, and a block lives while any of its tokens' ids is allocated. So a
-token that reaches the radix prefix cache keeps its 2-bit K/V there, and a later request matching
+token that reaches the radix prefix cache keeps its low-bit K/V there, and a later request matching
 that prefix reads it; a block's slots go back to the group when the allocator frees the last of its
 ids (:meth:`LowBitStore.forget`, from :meth:`~.layer_group_pool.LayerGroupAllocator.free`).
 
-Attention reads, per request, the full-precision positions of its view and the dequantized 2-bit
+Attention reads, per request, the full-precision positions of its view and the dequantized low-bit
 tokens of its row (:meth:`LowBitStore.locate`, :meth:`LowBitStore.read`). If the group has no free
 slots for a block, its tokens are dropped outright and counted in :attr:`LowBitStore.unstored_tokens`.
 """
@@ -28,36 +31,48 @@ from typing import Any, Optional
 
 import torch
 
-from sglang_pask.kernels.kv_2bit import (
+from sglang_pask.kernels.kv_lowbit import (
     BLOCK_TOKENS,
+    check_bits,
     check_head_dim,
     dequantize_key_blocks,
     dequantize_value_blocks,
-    packed_block_bytes,
+    packed_part_bytes,
     pad_block,
     quantize_key_blocks,
     quantize_value_blocks,
 )
 
 
-def rows_per_block(itemsize: int) -> int:
-    """Physical slots one 2-bit block of :data:`BLOCK_TOKENS` tokens takes in a pool whose K/V
-    elements have ``itemsize`` bytes: ``12 / itemsize`` (one slot's row is ``heads * head_dim``
-    elements in each of K and V)."""
-    if itemsize not in (1, 2, 4):
-        raise ValueError(f"2-bit blocks need a KV element of 1, 2 or 4 bytes, got {itemsize}")
-    return 12 // itemsize
+@dataclass(frozen=True)
+class BlockFormat:
+    """The code widths of a low-bit block: ``key_bits`` and ``value_bits``, each 2 or 4."""
 
+    key_bits: int
+    value_bits: int
 
-def storage_budget(budget: float, itemsize: int) -> float:
-    """A group's share of full KV's slots when it keeps ``budget`` of a request's tokens in full and
-    the rest in 2-bit blocks: ``budget + (1 - budget) * rows_per_block / BLOCK_TOKENS``."""
-    return budget + (1.0 - budget) * rows_per_block(itemsize) / BLOCK_TOKENS
+    def __post_init__(self) -> None:
+        check_bits(self.key_bits)
+        check_bits(self.value_bits)
+
+    def rows_per_block(self, itemsize: int) -> int:
+        """Physical slots one block of :data:`BLOCK_TOKENS` tokens takes in a pool whose K/V elements
+        have ``itemsize`` bytes: ``(2 * (key_bits + value_bits) + 4) / itemsize`` (a slot's row is
+        ``heads * head_dim`` elements in each of K and V)."""
+        per_channel = 2 * (self.key_bits + self.value_bits) + 4
+        if itemsize not in (1, 2, 4) or per_channel % itemsize:
+            raise ValueError(f"low-bit blocks need a KV element of 1, 2 or 4 bytes, got {itemsize}")
+        return per_channel // itemsize
+
+    def storage_budget(self, budget: float, itemsize: int) -> float:
+        """A group's share of full KV's slots when it keeps ``budget`` of a request's tokens in full and
+        the rest in blocks: ``budget + (1 - budget) * rows_per_block / BLOCK_TOKENS``."""
+        return budget + (1.0 - budget) * self.rows_per_block(itemsize) / BLOCK_TOKENS
 
 
 @dataclass(frozen=True)
 class LocatedTokens:
-    """Where one request's 2-bit tokens in one group are.
+    """Where one request's low-bit tokens in one group are.
 
     Attributes
     ----------
@@ -75,7 +90,7 @@ class LocatedTokens:
 
 
 class GroupBlockTable:
-    """One layer group's 2-bit blocks: their slots, how many live tokens each holds, which are free.
+    """One layer group's low-bit blocks: their slots, how many live tokens each holds, which are free.
 
     Parameters
     ----------
@@ -93,7 +108,7 @@ class GroupBlockTable:
     def take(self, count: int) -> torch.Tensor:
         """``(count,)`` int64 free block ids (the caller holds the slots for them, so they exist)."""
         if count > self.free.numel():
-            raise RuntimeError(f"2-bit block table: {count} blocks asked, {self.free.numel()} free "
+            raise RuntimeError(f"low-bit block table: {count} blocks asked, {self.free.numel()} free "
                                "(more blocks than the group's slots can hold)")
         taken, self.free = self.free[:count], self.free[count:]
         return taken
@@ -109,10 +124,12 @@ class GroupBlockTable:
 
 
 class LowBitStore:
-    """Every 2-bit token, per layer group, in the groups' physical slots, found by virtual id.
+    """Every low-bit token, per layer group, in the groups' physical slots, found by virtual id.
 
     Parameters
     ----------
+    block_format : BlockFormat
+        The code widths of keys and values.
     pool : LayerGroupMHAKVPool
         The pool whose K/V buffers hold the blocks (``heads``, ``head_dim`` and ``store_dtype`` as
         SGLang set them; K and V head dims must be equal).
@@ -123,22 +140,24 @@ class LowBitStore:
     ----------
     token_block : Tensor
         ``(num_groups, V + 1)`` int32: per group and virtual id, ``block * BLOCK_TOKENS + place + 1``,
-        0 where the id has no 2-bit K/V in the group.
+        0 where the id has no low-bit K/V in the group.
     """
 
-    def __init__(self, pool: Any, allocator: Any):
+    def __init__(self, block_format: BlockFormat, pool: Any, allocator: Any):
         if pool.head_dim != pool.v_head_dim:
-            raise RuntimeError(f"--kv-dropped 2bit needs equal K and V head dims, got {pool.head_dim} and "
+            raise RuntimeError(f"low-bit blocks need equal K and V head dims, got {pool.head_dim} and "
                                f"{pool.v_head_dim}")
         try:
             check_head_dim(pool.head_dim)
-            self.rows_per_block = rows_per_block(pool.store_dtype.itemsize)
+            self.rows_per_block = block_format.rows_per_block(pool.store_dtype.itemsize)
         except ValueError as err:
-            raise RuntimeError(f"--kv-dropped 2bit: {err}") from None
+            raise RuntimeError(f"low-bit blocks: {err}") from None
+        self.format = block_format
         self.pool = pool
         self.allocator = allocator
         self.heads, self.head_dim = pool.head_num, pool.head_dim
-        self.block_bytes = packed_block_bytes(self.heads, self.head_dim)
+        self.key_bytes = packed_part_bytes(self.heads, self.head_dim, block_format.key_bits)
+        self.value_bytes = packed_part_bytes(self.heads, self.head_dim, block_format.value_bits)
         layout = pool.layout
         self.token_block = torch.zeros((layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32,
                                        device=pool.device)
@@ -154,7 +173,7 @@ class LowBitStore:
     def drop(self, group: int, virtual: torch.Tensor) -> None:
         """``group`` drops the tokens of ``virtual`` (``(n,)`` int ids in ascending position order):
         their full-precision slots go back to the group's allocator and those still held stay as
-        2-bit blocks."""
+        low-bit blocks."""
         virtual = virtual.long()
         physical = self.pool.physical(group, virtual)
         present = physical > 0
@@ -164,7 +183,7 @@ class LowBitStore:
         self.allocator.drop(group, virtual)
         self.place(group, virtual[present], packed)
 
-    def quantize(self, group: int, physical: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def quantize(self, group: int, physical: torch.Tensor) -> list[torch.Tensor]:
         """Pack the K/V that ``physical`` slots hold in each of ``group``'s layers.
 
         Parameters
@@ -174,30 +193,34 @@ class LowBitStore:
 
         Returns
         -------
-        list[tuple[Tensor, Tensor]]
-            Per layer of the group, packed keys and values, each ``(ceil(n / BLOCK_TOKENS), block_bytes)`` uint8.
+        list[Tensor]
+            Per layer of the group, ``(ceil(n / BLOCK_TOKENS), key_bytes + value_bytes)`` uint8: each
+            block's packed keys, then its packed values.
         """
         chunks = physical.split(BLOCK_TOKENS)
         packed = []
         for k_buffer, v_buffer in self._buffers(group):
             keys = torch.stack([pad_block(k_buffer[chunk]) for chunk in chunks])
             values = torch.stack([pad_block(v_buffer[chunk]) for chunk in chunks])
-            packed.append((quantize_key_blocks(keys), quantize_value_blocks(values)))
+            packed.append(torch.cat((quantize_key_blocks(keys, self.format.key_bits),
+                                     quantize_value_blocks(values, self.format.value_bits)), dim=1))
         return packed
 
-    def place(self, group: int, virtual: torch.Tensor, packed: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def place(self, group: int, virtual: torch.Tensor, packed: list[torch.Tensor]) -> None:
         """Store :meth:`quantize`'s blocks of the tokens ``virtual`` (``(n,)`` int64, ascending
         positions) in ``group``, in slots taken from the group's allocator (after the tokens' own
-        slots went back to it). Without enough free slots the tokens are not stored."""
-        blocks = packed[0][0].shape[0]
+        slots went back to it): the first half of a block's bytes in the slots' K rows, the second
+        half in their V rows. Without enough free slots the tokens are not stored."""
+        blocks = packed[0].shape[0]
         slots = self.allocator.alloc_block_slots(group, blocks * self.rows_per_block)
         if slots is None:
             self.unstored_tokens += int(virtual.numel())
             return
         slots = slots.long()
-        for (k_buffer, v_buffer), (keys, values) in zip(self._buffers(group), packed):
-            k_buffer[slots] = keys.view(k_buffer.dtype).reshape(-1, *k_buffer.shape[1:])
-            v_buffer[slots] = values.view(v_buffer.dtype).reshape(-1, *v_buffer.shape[1:])
+        for (k_buffer, v_buffer), block_bytes in zip(self._buffers(group), packed):
+            halves = block_bytes.view(blocks, 2, -1)
+            k_buffer[slots] = halves[:, 0].contiguous().view(k_buffer.dtype).reshape(-1, *k_buffer.shape[1:])
+            v_buffer[slots] = halves[:, 1].contiguous().view(v_buffer.dtype).reshape(-1, *v_buffer.shape[1:])
         table = self.tables[group]
         ids = table.take(blocks)
         table.slots[ids] = slots.view(blocks, self.rows_per_block)
@@ -237,7 +260,7 @@ class LowBitStore:
         return int(((counts == table.live) & (table.live > 0)).sum()) * self.rows_per_block
 
     def locate(self, group: int, virtual: torch.Tensor) -> Optional[LocatedTokens]:
-        """The 2-bit tokens among a request's row ``virtual`` (``(n,)`` int ids by position) in
+        """The low-bit tokens among a request's row ``virtual`` (``(n,)`` int ids by position) in
         ``group``; None when there are none."""
         entries = self.token_block[group, virtual.long()].long()
         positions = torch.nonzero(entries > 0).flatten()
@@ -252,15 +275,18 @@ class LowBitStore:
         """:meth:`locate`'s tokens in layer ``layer_id`` (of their group), dequantized: keys and
         values ``(t, heads, head_dim)`` float32, in ``located.positions`` order."""
         layer = layer_id - self.pool.start_layer
-        keys = self.pool.k_buffer[layer][located.slots].view(torch.uint8).reshape(-1, self.block_bytes)
-        values = self.pool.v_buffer[layer][located.slots].view(torch.uint8).reshape(-1, self.block_bytes)
-        keys = dequantize_key_blocks(keys, self.heads, self.head_dim).flatten(0, 1)[located.index]
-        values = dequantize_value_blocks(values, self.heads, self.head_dim).flatten(0, 1)[located.index]
+        blocks = located.slots.numel() // self.rows_per_block
+        block_bytes = torch.cat((self.pool.k_buffer[layer][located.slots].view(torch.uint8).reshape(blocks, -1),
+                                 self.pool.v_buffer[layer][located.slots].view(torch.uint8).reshape(blocks, -1)), dim=1)
+        keys = dequantize_key_blocks(block_bytes[:, :self.key_bytes], self.heads, self.head_dim,
+                                     self.format.key_bits).flatten(0, 1)[located.index]
+        values = dequantize_value_blocks(block_bytes[:, self.key_bytes:], self.heads, self.head_dim,
+                                         self.format.value_bits).flatten(0, 1)[located.index]
         return keys, values
 
     def row_summary(self, virtual: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
         """For a request's row ``virtual`` (``(n,)`` int ids by position): per group the positions
-        ``(t_g,)`` int64 held at 2 bits, and the slots of the blocks holding them (shared blocks
+        ``(t_g,)`` int64 held at low precision, and the slots of the blocks holding them (shared blocks
         counted whole)."""
         positions, slots = [], []
         for group in range(len(self.tables)):
@@ -271,7 +297,7 @@ class LowBitStore:
         return positions, slots
 
     def held_slots(self, group: int) -> torch.Tensor:
-        """``(s,)`` int64: every physical slot of ``group`` holding a 2-bit block."""
+        """``(s,)`` int64: every physical slot of ``group`` holding a low-bit block."""
         return self.tables[group].held_slots()
 
     def clear(self) -> None:

@@ -191,7 +191,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
     one group's slots of some ids while the ids stay allocated. ``available_size()`` is what can be
     allocated now: the fewest free ids or free slots of any group (the fullest group, in tokens).
     Admission counts every group on its own (:class:`~.layer_group_admission.LayerGroupPrefillBudget`).
-    Under ``--kv-dropped 2bit`` the groups' 2-bit blocks (:attr:`lowbit`) take slots of the same
+    Under a low-bit ``--kv-dropped`` mode the groups' blocks (:attr:`lowbit`) take slots of the same
     allocators (:meth:`alloc_block_slots`, :meth:`free_block_slots`) that no virtual id maps, and
     ``free(ids)`` also takes the ids out of their blocks (a block's slots return with its last id).
 
@@ -292,7 +292,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         tuple[int, list[int]]
             The free ids plus ``n``, and ``(num_groups,)`` per group the free slots plus the slots
             those ids hold there (a group holds a slot for only the tokens it kept, and under
-            ``--kv-dropped 2bit`` the slots of the 2-bit blocks left without a token).
+            a low-bit ``--kv-dropped`` mode the slots of the blocks left without a token).
         """
         held = (self.pool.group_loc[:, evictable.long()] > 0).sum(dim=1).tolist() if evictable.numel() else \
             [0] * len(self.group_allocators)
@@ -324,7 +324,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         return virtual
 
     def alloc_block_slots(self, group: int, count: int) -> Optional[torch.Tensor]:
-        """``(count,)`` free physical slots of ``group`` that no virtual id maps (2-bit blocks), or
+        """``(count,)`` free physical slots of ``group`` that no virtual id maps (low-bit blocks), or
         None if the group has fewer free."""
         slots = self.group_allocators[group].alloc(count)
         if slots is not None:
@@ -387,7 +387,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
                 return
 
     def check_slots(self) -> list[str]:
-        """Conservation of every group's slots: free + mapped (+ held by 2-bit blocks) == P_g and no
+        """Conservation of every group's slots: free + mapped (+ held by low-bit blocks) == P_g and no
         slot used twice.
 
         Returns

@@ -92,7 +92,7 @@ class LayerGroupReads:
 
     def _lowbit_kv(self, index: int, group: int, layer_id: int,
                    dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-        """Request ``index``'s 2-bit tokens in layer ``layer_id`` (``--kv-dropped 2bit``), dequantized to
+        """Request ``index``'s low-bit tokens in layer ``layer_id`` (a low-bit ``--kv-dropped`` mode), dequantized to
         ``dtype``: keys and values ``(kv_heads, t, head_dim)``; None when it has none there. They are
         all positions before the step's fresh tokens (its cached prefix, shared or not), which the
         causal mask needs last. Located once per forward and group."""

@@ -11,8 +11,8 @@ Hooks (registered by :mod:`.hooks`):
 * ``KVCacheConfigurator.configure`` (AFTER): the scheduler's token capacity becomes ``V``.
 * ``ReqToTokenPool.free`` / ``free_rows`` (AROUND): a request leaving the pool leaves the views;
   its final KV statistics go on the request (``req.pask_kv_stats``) for its response, with the
-  positions each group kept if the request asked (``return_kv_kept``). (Under ``--kv-dropped 2bit``
-  the 2-bit blocks belong to their tokens' ids and go with them: :mod:`.layer_group_lowbit`.)
+  positions each group kept if the request asked (``return_kv_kept``). (Under a low-bit
+  ``--kv-dropped`` mode the blocks belong to their tokens' ids and go with them: :mod:`.layer_group_lowbit`.)
 * ``InvariantChecker._check_full_pool`` (AROUND): the idle leak check counts virtual ids and checks
   every group's slot conservation.
 
@@ -30,12 +30,12 @@ import msgspec
 import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
-from sglang_pask.config import PaskConfig
+from sglang_pask.config import KV_DROPPED_BITS, PaskConfig
 from sglang_pask.policy import KVPolicy, plan_group_budgets
 from sglang_pask.policy.resolve import build_policy
 from sglang_pask.srt.group_sizing import fixed_group_slots, group_slot_counts, virtual_slot_count
 from sglang_pask.srt.kv_views import KVViewTable, RequestView
-from sglang_pask.srt.layer_group_lowbit import LowBitStore, rows_per_block, storage_budget
+from sglang_pask.srt.layer_group_lowbit import BlockFormat, LowBitStore
 from sglang_pask.srt.request_flags import KEPT_FLAG, wants
 from sglang_pask.srt.request_roles import RequestRoles
 from sglang_pask.srt.layer_group_pool import (
@@ -62,11 +62,13 @@ class ActivePool:
 
     @property
     def storage_budgets(self) -> list[float]:
-        """``(num_groups,)`` each group's share of full KV's slots per request: its budget, or under
-        ``--kv-dropped 2bit`` its budget plus the 2-bit blocks of the rest (:func:`.storage_budget`)."""
-        if self.config.kv_dropped == "drop":
+        """``(num_groups,)`` each group's share of full KV's slots per request: its budget, or under a
+        low-bit ``--kv-dropped`` mode its budget plus the blocks of the rest
+        (:meth:`.BlockFormat.storage_budget`)."""
+        block_format = lowbit_format(self.config)
+        if block_format is None:
             return list(self.budgets)
-        return [storage_budget(b, self.pool.store_dtype.itemsize) for b in self.budgets]
+        return [block_format.storage_budget(b, self.pool.store_dtype.itemsize) for b in self.budgets]
 
     def held_positions(self, row: int, request: RequestView, req_to_token: torch.Tensor) -> list[torch.Tensor]:
         """``(num_groups,)`` of ``(k_g,)`` int64 ascending, on the pool's device: the positions each
@@ -118,6 +120,12 @@ class ActivePool:
 _ACTIVE: Optional[ActivePool] = None
 
 
+def lowbit_format(config: PaskConfig) -> Optional[BlockFormat]:
+    """The block format of ``config``'s low-bit ``--kv-dropped`` mode; None under ``drop``."""
+    bits = KV_DROPPED_BITS.get(config.kv_dropped)
+    return None if bits is None else BlockFormat(*bits)
+
+
 def active() -> Optional[ActivePool]:
     """This process's layer-group pool, once SGLang built it."""
     return _ACTIVE
@@ -148,9 +156,11 @@ def pool_builder(config: PaskConfig):
         budgets = plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window,
                                      configurator.model_config.context_len)
         storage, block_rows = budgets, 0
-        if config.kv_dropped != "drop":
+        block_format = lowbit_format(config)
+        if block_format is not None:
             itemsize = configurator.kv_cache_dtype.itemsize
-            storage, block_rows = [storage_budget(b, itemsize) for b in budgets], rows_per_block(itemsize)
+            storage = [block_format.storage_budget(b, itemsize) for b in budgets]
+            block_rows = block_format.rows_per_block(itemsize)
         layout = plan_layout(max_total_num_tokens, ranges, storage, _prefill_chunk(),
                              config.kv_window + policy.reserved_tokens + KVViewTable.DECODE_SLACK + block_rows)
         pool = original(configurator, max_total_num_tokens=max_total_num_tokens,
@@ -189,19 +199,19 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
     if state.pool.page_size != 1:
         raise RuntimeError(f"sglang-pask layer groups need --page-size 1, got {state.pool.page_size}")
     slack = KVViewTable.DECODE_SLACK
-    lowbit = state.config.kv_dropped != "drop"
+    block_format = lowbit_format(state.config)
     # Slots a request may hold in a group above its budget: the window, the policy's reserved tokens,
-    # the decode slack and, under --kv-dropped 2bit, the last partial block of a prefill pass.
+    # the decode slack and, under a low-bit --kv-dropped mode, the last partial block of a prefill pass.
     overhead = state.config.kv_window + state.policy.reserved_tokens + slack
-    if lowbit:
-        overhead += rows_per_block(state.pool.store_dtype.itemsize)
+    if block_format is not None:
+        overhead += block_format.rows_per_block(state.pool.store_dtype.itemsize)
     allocator = LayerGroupAllocator(
         state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False,
         budgets=state.storage_budgets, growth_overhead=0 if min(state.budgets) >= 1.0 else overhead,
         prefill_chunk=_prefill_chunk(), compress_decode=state.config.kv_decode == "compress",
     )
-    if lowbit:
-        state.lowbit = allocator.lowbit = LowBitStore(state.pool, allocator)
+    if block_format is not None:
+        state.lowbit = allocator.lowbit = LowBitStore(block_format, state.pool, allocator)
     state.pool.lowbit = state.lowbit
     req_to_token = req_to_token_pool.req_to_token
 
