@@ -28,11 +28,10 @@ DEFAULT_KV_WINDOW = 8
 KV_DECODE_MODES = ("compress", "keep")
 #: What happens to the tokens a layer group drops (``--kv-dropped``): freed, or kept at low precision
 #: in blocks of the group's own slots (sglang_pask.srt.layer_group_lowbit): ``2bit`` keys and values
-#: at 2 bits (3/16 of their bf16 slots), ``k2v4`` keys at 2 and values at 4 bits, ``k4v2`` the
-#: reverse (either 1/4).
-KV_DROPPED_MODES = ("drop", "2bit", "k2v4", "k4v2")
+#: at 2 bits (3/16 of their bf16 slots), ``k2v4`` keys at 2 and values at 4 bits (1/4).
+KV_DROPPED_MODES = ("drop", "2bit", "k2v4")
 #: The code widths (keys, values) of each low-bit ``--kv-dropped`` mode.
-KV_DROPPED_BITS = {"2bit": (2, 2), "k2v4": (2, 4), "k4v2": (4, 2)}
+KV_DROPPED_BITS = {"2bit": (2, 2), "k2v4": (2, 4)}
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
 

@@ -1,4 +1,5 @@
-"""``--kv-dropped 2bit|k2v4|k4v2`` in process: the layer-group pool keeps dropped tokens as low-bit blocks.
+"""``--kv-dropped 2bit|k2v4`` in process: the layer-group pool keeps dropped tokens as low-bit blocks
+(and keys at 4 bits, which the store supports though no mode asks for it).
 
 Real SGLang classes (its MHA pool, token allocator and torch_native backend) with sglang-pask's
 layer-group subclasses and the low-bit store; the model runner and forward batch are minimal stand-ins

@@ -210,33 +210,34 @@ def test_kv_decode_keep_holds_every_generated_token_and_frees_every_slot(tiny_mo
         server.stop()
 
 
-def test_kv_dropped_2bit_keeps_every_prompt_token_readable_and_frees_every_slot(tiny_model_dir, tmp_path):
-    server = start(tiny_model_dir, tmp_path / "2bit.log", "snapkv", "--kv-decode", "keep", "--kv-dropped", "2bit")
+@pytest.mark.parametrize("mode", ["2bit", "k2v4"])
+def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_slot(tiny_model_dir, tmp_path, mode):
+    server = start(tiny_model_dir, tmp_path / f"{mode}.log", "snapkv", "--kv-decode", "keep", "--kv-dropped", mode)
     try:
         # A prompt no other request shares, then one that extends it and matches it in the radix
-        # cache: every position of each is read, in full or at 2 bits (the second reads the first's
-        # 2-bit tokens from the cache; before token-owned blocks it lost them).
+        # cache: every position of each is read, in full or at low precision (the second reads the
+        # first's low-bit tokens from the cache; before token-owned blocks it lost them).
         prompt = "unique " + " ".join(WORDS * 4)
         for text, cached in ((prompt, False), (prompt + " and then " + " ".join(WORDS[:20]), True)):
             meta = generate(server, text, max_new_tokens=8, ignore_eos=True, return_kv_kept=True)["meta_info"]
             assert (meta["cached_tokens"] > 40) == cached, meta["cached_tokens"]
             stats = meta["kv_stats"]
-            assert stats["kv_dropped"] == "2bit"
+            assert stats["kv_dropped"] == mode
             for kept, lowbit, count in zip(stats["kept_positions"], stats["lowbit_positions"], stats["lowbit_tokens"]):
                 assert count == len(lowbit) > 0 and not set(kept) & set(lowbit)
                 assert sorted(set(kept) | set(lowbit)) == list(range(stats["full_tokens"]))
                 if cached:
-                    assert min(lowbit) < meta["cached_tokens"]  # 2-bit tokens of the cached prefix
+                    assert min(lowbit) < meta["cached_tokens"]  # low-bit tokens of the cached prefix
         # Concurrent requests sharing a cached system prompt, some constrained.
         with ThreadPoolExecutor(max_workers=4) as pool:
             results = list(pool.map(
                 lambda i: generate(server, SYSTEM + " ".join(WORDS[i:i + 30]), max_new_tokens=12,
                                    **({"regex": "(yes|no)[0-9]{2}"} if i % 2 else {})),
                 range(8)))
-        assert all(r["meta_info"]["kv_stats"]["kv_dropped"] == "2bit" for r in results)
+        assert all(r["meta_info"]["kv_stats"]["kv_dropped"] == mode for r in results)
         wait_idle_and_flush(server)
         after = pool_usage(server)
-        assert after["kv_dropped"] == "2bit" and after["tokens_in_use"] == 0 and after["lowbit_unstored_tokens"] == 0
+        assert after["kv_dropped"] == mode and after["tokens_in_use"] == 0 and after["lowbit_unstored_tokens"] == 0
         assert [(g["slots_in_use"], g["lowbit_slots_in_use"]) for g in after["groups"]] == [(0, 0), (0, 0)]
         log = server.log_path.read_text()
         assert "leak" not in log.lower() and "Traceback" not in log, server.log_tail(60)
