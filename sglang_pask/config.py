@@ -28,10 +28,10 @@ DEFAULT_KV_WINDOW = 8
 KV_DECODE_MODES = ("compress", "keep")
 #: What happens to the tokens a layer group drops (``--kv-dropped``): freed, or kept at low precision
 #: in blocks of the group's own slots (sglang_pask.srt.layer_group_lowbit): ``2bit`` keys and values
-#: at 2 bits (3/16 of their bf16 slots), ``k2v4`` keys at 2 and values at 4 bits (1/4).
-KV_DROPPED_MODES = ("drop", "2bit", "k2v4")
+#: at 2 bits (3/16 of their bf16 slots), ``k4v2`` keys at 4 and values at 2 bits (1/4).
+KV_DROPPED_MODES = ("drop", "2bit", "k4v2")
 #: The code widths (keys, values) of each low-bit ``--kv-dropped`` mode.
-KV_DROPPED_BITS = {"2bit": (2, 2), "k2v4": (2, 4)}
+KV_DROPPED_BITS = {"2bit": (2, 2), "k4v2": (4, 2)}
 
 _RANGES = re.compile(r"^\d+-\d+(,\d+-\d+)*$")
 
@@ -140,7 +140,7 @@ class PaskConfig:
         One of :data:`KV_DROPPED_MODES`. ``drop``: a token a layer group drops leaves it; ``2bit``: it
         stays readable in that group at 2 bits (keys per channel, values per token, in blocks of 32
         tokens), in slots of the group's own pool, so ``--kv-budget`` is then the share kept at full
-        precision and each dropped token costs 3/16 of a bf16 slot; ``k2v4``: the same with values
+        precision and each dropped token costs 3/16 of a bf16 slot; ``k4v2``: the same with keys
         at 4 bits, 1/4 of a bf16 slot (torch_native attention only).
     pask_policy : str or None
         The calibrated PASK policy file for ``--kv-policy pask`` (None: the one shipped for the
@@ -384,7 +384,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         help="What happens to a token a layer group drops: 'drop' (its KV leaves the group), '2bit' (it stays "
         "readable at 2 bits, keys per channel and values per token in blocks of 32 tokens, in the group's own "
         "slots: --kv-budget is then the share kept at full precision, and each dropped token costs 3/16 of a "
-        "bf16 slot) or 'k2v4' (the same with values at 4 bits: 1/4 of a bf16 slot); the low-bit modes need "
+        "bf16 slot) or 'k4v2' (the same with keys at 4 bits: 1/4 of a bf16 slot); the low-bit modes need "
         "--kv-decode keep and torch_native attention (default: drop).",
     )
     group.add_argument(

@@ -127,12 +127,12 @@ def test_kv_decode_default_round_trip_and_check():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"kv_dropped": "4bit"}, "--kv-dropped: unknown mode '4bit'; choose from drop, 2bit, k2v4"),
+        ({"kv_dropped": "4bit"}, "--kv-dropped: unknown mode '4bit'; choose from drop, 2bit, k4v2"),
         ({"kv_dropped": "2bit", "kv_decode": "keep"}, "--kv-dropped 2bit: nothing is dropped with --kv-policy full"),
         ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 1.0, "kv_decode": "keep"},
          "nothing is dropped with --kv-policy snapkv at --kv-budget 1"),
         ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2}, "--kv-dropped 2bit needs --kv-decode keep"),
-        ({"kv_dropped": "k2v4", "kv_policy": "snapkv", "kv_budget": 0.2}, "--kv-dropped k2v4 needs --kv-decode keep"),
+        ({"kv_dropped": "k4v2", "kv_policy": "snapkv", "kv_budget": 0.2}, "--kv-dropped k4v2 needs --kv-decode keep"),
         ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2, "kv_decode": "keep", "structkv": True},
          "--kv-dropped 2bit: not supported with --structkv"),
     ],
@@ -144,7 +144,7 @@ def test_kv_dropped_is_checked(kwargs, message):
 
 def test_kv_dropped_default_and_round_trip(monkeypatch):
     assert PaskConfig().kv_dropped == "drop"
-    for mode in ("2bit", "k2v4"):
+    for mode in ("2bit", "k4v2"):
         config = PaskConfig(kv_policy="pask", kv_budget=0.175, kv_decode="keep", kv_dropped=mode)
         monkeypatch.delenv(CONFIG_ENV, raising=False)
         config.publish()

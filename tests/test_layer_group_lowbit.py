@@ -1,5 +1,5 @@
-"""``--kv-dropped 2bit|k2v4`` in process: the layer-group pool keeps dropped tokens as low-bit blocks
-(and keys at 4 bits, which the store supports though no mode asks for it).
+"""``--kv-dropped 2bit|k4v2`` in process: the layer-group pool keeps dropped tokens as low-bit blocks
+(and values at 4 bits, which the store supports though no mode asks for it).
 
 Real SGLang classes (its MHA pool, token allocator and torch_native backend) with sglang-pask's
 layer-group subclasses and the low-bit store; the model runner and forward batch are minimal stand-ins
@@ -171,7 +171,7 @@ def test_a_group_without_free_slots_drops_outright_and_leaks_nothing():
     assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
 
 
-@pytest.mark.parametrize("block_format", [TWO_BIT, BlockFormat(2, 4)])
+@pytest.mark.parametrize("block_format", [TWO_BIT, BlockFormat(4, 2)])
 def test_a_later_request_reads_a_cached_prefix_at_low_precision(block_format):
     # Row 2 starts with row 1's first 64 token ids, as a radix-cache match gives it, after row 1
     # left; its decode step reads that prefix: row 1's kept tokens in full, its dropped ones at low precision.

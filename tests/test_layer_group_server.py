@@ -210,7 +210,7 @@ def test_kv_decode_keep_holds_every_generated_token_and_frees_every_slot(tiny_mo
         server.stop()
 
 
-@pytest.mark.parametrize("mode", ["2bit", "k2v4"])
+@pytest.mark.parametrize("mode", ["2bit", "k4v2"])
 def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_slot(tiny_model_dir, tmp_path, mode):
     server = start(tiny_model_dir, tmp_path / f"{mode}.log", "snapkv", "--kv-decode", "keep", "--kv-dropped", mode)
     try:

@@ -1,10 +1,10 @@
-"""``--kv-dropped 2bit|k2v4``: the tokens a layer group drops stay readable at low precision, in the group's own slots.
+"""``--kv-dropped 2bit|k4v2``: the tokens a layer group drops stay readable at low precision, in the group's own slots.
 
 When a group drops some tokens (:class:`~.kv_views.KVViewTable` via the runtime's drop function),
 their K and V in each of the group's layers are quantized in blocks of up to 32 tokens (ascending
 positions) in KIVI's layout (:mod:`sglang_pask.kernels.kv_lowbit`: keys per channel, values per
 token), keys and values each at the :class:`BlockFormat`'s width (``2bit``: both at 2 bits;
-``k2v4``: keys at 2, values at 4). Their full-precision slots go back to the
+``k4v2``: keys at 4, values at 2). Their full-precision slots go back to the
 group's allocator, and each block's packed bytes (keys, then values) are written into
 :meth:`BlockFormat.rows_per_block` physical slots taken from the same allocator: the first half of
 the bytes fills those slots' rows of each layer's K buffer, the second half the rows of the V buffer.

@@ -177,7 +177,7 @@ def _refuse_unsupported_backend(backend: TritonAttnBackend) -> None:
         "diffusion LLM attention": backend.dllm_attention is not None,
         "sliding-window attention": backend.sliding_window_size is not None and backend.sliding_window_size > 0,
         f"page size {backend.page_size}": backend.page_size != 1,
-        "low-bit dropped tokens (--kv-dropped 2bit, k2v4)": backend.lowbit is not None,
+        "low-bit dropped tokens (--kv-dropped 2bit, k4v2)": backend.lowbit is not None,
     }
     found = [name for name, present in unsupported.items() if present]
     if found:
