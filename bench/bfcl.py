@@ -35,6 +35,12 @@ only; the launcher refuses it for other policies)::
 
     python -m bench.bfcl --server-args "--kv-decode keep" --pask-policy policy.json \\
         --policies full pask streaming-llm --budgets 0.28 --split eval --limit 16
+
+Earlier runs side by side, one run tagged because it had other server flags at the same policy and
+budget (its configurations become ``pask-k4v2@0.047`` and so on), only the configurations named::
+
+    python -m bench.bfcl --from-json full.json k4v2.json:k4v2 --only full@1 pask-k4v2@0.047 \
+        streaming-llm-k4v2@0.047 --compare-to full@1 streaming-llm-k4v2@0.047
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shlex
 import sys
 import tempfile
@@ -50,7 +57,7 @@ import time
 from concurrent.futures import as_completed
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import requests
 from tqdm import tqdm
@@ -335,11 +342,13 @@ def build_parser() -> argparse.ArgumentParser:
     where = p.add_mutually_exclusive_group()
     where.add_argument("--url", help="a running server (then one policy and budget: labels only)")
     where.add_argument("--server-args", help="start servers with these launcher arguments (shell syntax)")
-    where.add_argument("--from-json", nargs="+", metavar="JSON",
+    where.add_argument("--from-json", nargs="+", metavar="JSON[:TAG]",
                        help="run nothing: re-render table, --markdown and --plot from these --json files "
                             "(several runs are shown side by side; one configuration's runs over disjoint "
-                            "items are pooled); the flags that only shape a run (--limit, --policies ...) "
-                            "are refused with it")
+                            "items are pooled); JSON:TAG names that file's configurations POLICY-TAG@BUDGET "
+                            "(e.g. runs with other server flags at the same policy and budget: "
+                            "k4v2.json:k4v2 gives pask-k4v2@0.047, for --compare-to too); the flags that only "
+                            "shape a run (--limit, --policies ...) are refused with it")
     p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="AST categories")
     p.add_argument("--limit", type=int, help="at most N items per category (first in file order)")
     p.add_argument("--ids", help="file of item ids (one per line) to evaluate exactly")
@@ -369,6 +378,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", type=output_file, help="write all results here")
     p.add_argument("--markdown", type=output_file, help="write a markdown report here")
     p.add_argument("--plot", type=output_file, help="write the accuracy-vs-budget PNG here")
+    p.add_argument("--only", nargs="+", metavar="POLICY@BUDGET",
+                   help="with --from-json: show only these configurations (after tags), in this order; the "
+                        "files may hold others, over other items")
     p.add_argument("--compare-to", nargs="+", metavar="POLICY@BUDGET",
                    help="configurations (e.g. full@1 streaming-llm@0.28) that every configuration is compared "
                         "with: the difference of the averages in points and its 95%% interval by a paired, "
@@ -376,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def parse_config_label(word: str) -> tuple[str, float]:
+def parse_config_label(word: str, flag: str = "--compare-to") -> tuple[str, float]:
     """``"snapkv@0.28"`` -> ``("snapkv", 0.28)``.
 
     Raises
@@ -390,7 +402,7 @@ def parse_config_label(word: str) -> tuple[str, float]:
             raise ValueError
         return policy, float(budget)
     except ValueError:
-        raise ValueError(f"--compare-to: {word!r} is not POLICY@BUDGET (e.g. full@1, snapkv@0.28)") from None
+        raise ValueError(f"{flag}: {word!r} is not POLICY@BUDGET (e.g. full@1, snapkv@0.28)") from None
 
 
 def comparison_references(configs: Sequence[ConfigResult], labels: Sequence[str] | None) -> list[ConfigResult]:
@@ -469,6 +481,59 @@ def config_entry(config: ConfigResult) -> dict:
         "server": config.server,
         "items": [r.__dict__ for r in config.items],
     }
+
+
+RUN_TAG = re.compile(r"[A-Za-z0-9_.+-]+")
+"""What may follow ``JSON:`` in ``--from-json`` (no ``/``, ``@`` or ``:``)."""
+
+
+def split_run_tag(word: str) -> tuple[str, str | None]:
+    """``"runs/k4v2.json:k4v2"`` -> ``("runs/k4v2.json", "k4v2")``; a word without a tag, or one that is
+    itself an existing file's name, -> ``(word, None)``.
+
+    Raises
+    ------
+    ValueError
+        If the text after the last ``:`` is empty.
+    """
+    name, colon, tag = word.rpartition(":")
+    if not colon or Path(word).is_file():
+        return word, None
+    if not tag:
+        raise ValueError(f"{word!r} ends with ':' but names no tag (JSON:TAG, e.g. runs.json:k4v2)")
+    return (name, tag) if RUN_TAG.fullmatch(tag) else (word, None)
+
+
+def tag_record(record: dict, tag: str | None) -> dict:
+    """``record`` with each configuration's policy renamed ``POLICY-TAG`` (``tag`` None: unchanged), so
+    that runs of one policy and budget under different server flags stay apart when merged."""
+    if tag is None:
+        return record
+    return {**record, "configs": [{**c, "policy": f"{c['policy']}-{tag}"} for c in record["configs"]]}
+
+
+def only_configs(records: Sequence[dict], labels: Sequence[str]) -> tuple[list[dict], Callable[[dict], int]]:
+    """``records`` holding only the configurations named by ``labels`` (``POLICY@BUDGET``; records
+    left with none are dropped), and the key that sorts configurations into the order of ``labels``.
+
+    Raises
+    ------
+    ValueError
+        If a label is malformed or names no configuration of any record.
+    """
+    wanted = [parse_config_label(word, flag="--only") for word in labels]
+
+    def rank(config: dict) -> int:
+        return next((i for i, (policy, budget) in enumerate(wanted)
+                     if config["policy"] == policy and abs(config["budget"] - budget) < 1e-9), -1)
+
+    found = {rank(c) for record in records for c in record["configs"]}
+    missing = [labels[i] for i in range(len(wanted)) if i not in found]
+    if missing:
+        present = dict.fromkeys(f"{c['policy']}@{c['budget']:g}" for record in records for c in record["configs"])
+        raise ValueError(f"--only: {', '.join(missing)} in none of the files ({', '.join(present)})")
+    kept = [{**r, "configs": [c for c in r["configs"] if rank(c) >= 0]} for r in records]
+    return [r for r in kept if r["configs"]], rank
 
 
 def merge_records(records: Sequence[dict]) -> dict:
@@ -643,12 +708,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; see ``--help``."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.only is not None and not args.from_json:
+        parser.error("--only: chooses among --from-json's configurations; for a run, --policies and --budgets do")
     if args.from_json:
         refuse_flags_given(parser, args, LIVE_RUN_FLAGS, "only shape a run; --from-json runs nothing "
                            "(it re-renders the answers the files hold)")
-        records = read_json_files(parser, args.from_json)
         try:
-            record = merge_records(records)
+            sources = [split_run_tag(word) for word in args.from_json]
+        except ValueError as exc:
+            parser.error(f"--from-json: {exc}")
+        records = read_json_files(parser, [name for name, _ in sources])
+        try:
+            records = [tag_record(r, tag) for r, (_, tag) in zip(records, sources)]
+            if args.only is None:
+                record = merge_records(records)
+            else:
+                records, rank = only_configs(records, args.only)
+                record = merge_records(records)
+                record["configs"].sort(key=rank)
         except ValueError as exc:
             parser.error(f"--from-json: {exc}")
         try:

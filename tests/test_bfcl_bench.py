@@ -138,6 +138,52 @@ def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path, cap
     assert "configuration full@1 answered simple_python_0 in more than one run (2 items twice)" in capsys.readouterr().err
 
 
+def test_a_tagged_run_stays_apart_from_an_untagged_run_of_the_same_configuration(stub_server, tmp_path, capsys):
+    url, _ = stub_server
+    common = ["--url", url, "--categories", *CATEGORIES, "--limit", "2", "--policies", "snapkv", "--budgets", "0.33"]
+    plain, other_flags = tmp_path / "plain.json", tmp_path / "other:flags.json"
+    assert main([*common, "--json", str(plain)]) == 0
+    assert main([*common, "--json", str(other_flags)]) == 0
+    with pytest.raises(SystemExit):  # untagged, the same configuration answered every item twice
+        main(["--from-json", str(plain), str(other_flags)])
+    merged_json, merged_md = tmp_path / "merged.json", tmp_path / "merged.md"
+    # A file whose own name holds ':' is read as that file; the tag is what follows the last ':'.
+    assert main(["--from-json", str(plain), f"{other_flags}:k4v2", "--compare-to", "snapkv-k4v2@0.33",
+                 "--json", str(merged_json), "--markdown", str(merged_md)]) == 0
+    record = json.loads(merged_json.read_text())
+    assert [(c["policy"], c["budget"]) for c in record["configs"]] == [("snapkv", 0.33), ("snapkv-k4v2", 0.33)]
+    plain_items, tagged_items = ([(i["id"], i["output"]) for i in c["items"]] for c in record["configs"])
+    assert plain_items == tagged_items and len(plain_items) == 2 * len(CATEGORIES)
+    assert "| config | minus snapkv-k4v2@0.33 |" in merged_md.read_text()
+    for word, message in ((f"{plain}:", "ends with ':' but names no tag"),
+                          (f"{plain}:a/b", "file not found")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--from-json", word])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_only_picks_configurations_in_its_order_and_leaves_out_runs_over_other_items(stub_server, tmp_path, capsys):
+    url, _ = stub_server
+    common = ["--url", url, "--categories", *CATEGORIES]
+    both, snapkv, fewer = (tmp_path / f"{name}.json" for name in ("both", "snapkv", "fewer"))
+    assert main([*common, "--limit", "2", "--json", str(both)]) == 0
+    assert main([*common, "--limit", "2", "--policies", "snapkv", "--budgets", "0.33", "--json", str(snapkv)]) == 0
+    assert main([*common, "--limit", "1", "--policies", "h2o", "--budgets", "0.2", "--json", str(fewer)]) == 0
+    merged = tmp_path / "merged.json"
+    assert main(["--from-json", str(both), str(snapkv), str(fewer), "--only", "snapkv@0.33", "full@1",
+                 "--json", str(merged)]) == 0
+    record = json.loads(merged.read_text())
+    assert [(c["policy"], c["budget"]) for c in record["configs"]] == [("snapkv", 0.33), ("full", 1.0)]
+    assert len(record["runs"]) == 2  # the h2o run holds none of the configurations shown
+    for argv, message in ((["--from-json", str(both), "--only", "pask@0.33"],
+                           "--only: pask@0.33 in none of the files (full@1)"),
+                          (["--from-json", str(both), "--only", "full"], "--only: 'full' is not POLICY@BUDGET"),
+                          ([*common, "--only", "full@1"], "--only: chooses among --from-json's configurations")):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
 def test_runs_of_a_configuration_over_disjoint_items_pool_into_one_table(stub_server, tmp_path, capsys):
     url, _ = stub_server
     items = select_items(CATEGORIES, None, None, 2)
@@ -281,7 +327,7 @@ def test_every_flag_is_either_a_run_flag_or_meaningful_in_a_replay():
 
     dests = {a.dest for a in build_parser()._actions} - {"help"}
     assert set(LIVE_RUN_FLAGS) <= dests
-    assert dests - set(LIVE_RUN_FLAGS) == {"url", "server_args", "from_json", "json", "markdown", "plot", "compare_to"}
+    assert dests - set(LIVE_RUN_FLAGS) == {"url", "server_args", "from_json", "json", "markdown", "plot", "compare_to", "only"}
 
 
 def test_from_json_refuses_a_non_json_file(tmp_path, capsys):  # the shared reader (tests/test_bench_common.py)
