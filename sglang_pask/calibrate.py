@@ -204,6 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="probe only roles with at least this share of the tokens (default: 0.002)")
     parser.add_argument("--max-protected-share", type=float, default=0.6,
                         help="floors protect at most this share of a group's budget (default: 0.6)")
+    parser.add_argument("--sinks", type=int, default=0, metavar="N",
+                        help="the policy keeps the first N positions of every prompt (attention sinks, as "
+                             "streaming-llm's 4) on top of the budget; written into the file (default: 0)")
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length cap (default: 128)")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default: 4)")
     parser.add_argument("--kv-decode", choices=KV_DECODE_MODES, default="compress",
@@ -231,6 +234,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail(f"--budget must be in (0, 1), got {args.budget}")
     if not 0 < args.max_protected_share <= 1:
         _fail(f"--max-protected-share must be in (0, 1], got {args.max_protected_share}")
+    if args.sinks < 0:
+        _fail(f"--sinks must be 0 or more, got {args.sinks}")
     if args.limit is not None and args.limit < 1:
         _fail(f"--limit must be at least 1, got {args.limit}")
     if args.sensitivity_per_category is not None and args.sensitivity_per_category < 1:
@@ -368,7 +373,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     }
     table = policy_table(per_group, joint, distortion, layers, frequencies_by_mode[args.kv_decode], args.budget,
                          args.max_protected_share)
-    save_policy_file(args.out, table_to_json(table, Path(model_path).name, ranges, calibration))
+    save_policy_file(args.out, table_to_json(replace(table, sinks=args.sinks), Path(model_path).name, ranges,
+                                             calibration))
     print(f"wrote {args.out}: full-KV accuracy {accuracy_full:.3f} on {len(items)} items, "
           f"{len(probed)} roles screened, {len(sensitive)} x {len(ranges)} groups probed, "
           f"shares {[round(x, 3) for x in table.residual_shares]}")
@@ -509,9 +515,10 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         **{mode: dict(shares) for mode, shares in recorded.items()},
         args.kv_decode: dict(zip((r.label for r in Role), frequencies)),
     }
-    save_policy_file(args.out, table_to_json(table, source["model"]["name"], ranges, calibration))
+    save_policy_file(args.out, table_to_json(replace(table, sinks=args.sinks), source["model"]["name"], ranges,
+                                             calibration))
     print(f"wrote {args.out}: refitted from {args.refit} for --kv-decode {args.kv_decode}, budget {args.budget}, "
-          f"max protected share {args.max_protected_share}")
+          f"max protected share {args.max_protected_share}, sinks {args.sinks}")
     return 0
 
 

@@ -4,7 +4,8 @@ Each layer group ``g`` has, for every structural role ``r``, a protection *floor
 [0, 1] (from task-error sensitivity, calibrated offline) and a *residual share* of the total budget
 (from attention-output distortion). Online, for one (request, group):
 
-1. the recent window is kept;
+1. the recent window and the table's attention sinks (the first ``sinks`` positions, 0 unless the
+   policy file says) are kept;
 2. for each role ``r`` among the candidates, the ``ceil(f[g, r] * count_r)`` best-scored candidates of
    that role are protected;
 3. the rest of the capacity is filled by score.
@@ -55,12 +56,16 @@ class PaskTable:
         ``(num_groups,)`` layers in each group.
     role_frequencies : tuple[float, ...]
         ``(NUM_ROLES,)``: each role's share of the tokens in the calibration data (sums to 1).
+    sinks : int
+        Positions ``0 .. sinks - 1`` are always kept, as StreamingLLM's attention sinks, on top of
+        the budget (:attr:`PaskPolicy.reserved_tokens`); 0 keeps none.
     """
 
     floors: tuple[tuple[float, ...], ...]
     residual_shares: tuple[float, ...]
     layers_per_group: tuple[int, ...]
     role_frequencies: tuple[float, ...]
+    sinks: int = 0
 
     def __post_init__(self) -> None:
         groups = len(self.layers_per_group)
@@ -77,6 +82,8 @@ class PaskTable:
             raise ValueError(f"residual_shares must sum to 1, got {sum(self.residual_shares):.6g}")
         if len(self.role_frequencies) != NUM_ROLES or any(f < 0 for f in self.role_frequencies):
             raise ValueError(f"role_frequencies must be {NUM_ROLES} non-negative numbers")
+        if isinstance(self.sinks, bool) or not isinstance(self.sinks, int) or self.sinks < 0:
+            raise ValueError(f"sinks must be a non-negative integer, got {self.sinks!r}")
 
     def group_budgets(self, total_budget: float) -> list[float]:
         """``(num_groups,)`` budgets from the residual shares (module docstring), each in (0, 1]."""
@@ -146,6 +153,11 @@ class PaskPolicy(KVPolicy):
         """The policy as it decides for layer group ``group`` (that group's floors)."""
         return dataclasses.replace(self, group=group)
 
+    @property
+    def reserved_tokens(self) -> int:
+        """The table's attention sinks (0 without a table)."""
+        return 0 if self.table is None else self.table.sinks
+
     def group_budgets(self, total_budget: float, num_groups: int, layers_per_group: list[int]) -> list[float]:
         """Budgets from the table's residual shares; uniform without a table.
 
@@ -168,8 +180,8 @@ class PaskPolicy(KVPolicy):
 
     def choose(self, positions: Tensor, roles: Tensor, scores: Tensor | None, capacity: int, window: int,
                seq_len: int) -> KeepDecision:
-        """Window, then floors (best-scored first within each role), then the residual by score
-        (scores max-pooled over neighbouring positions)."""
+        """Window and sinks, then floors (best-scored first within each role), then the residual by
+        score (scores max-pooled over neighbouring positions)."""
         assert scores is not None  # checked by select (needs_scores)
         scores = max_pool_by_position(positions, scores, self.kernel_size)
         n = positions.numel()
@@ -177,7 +189,7 @@ class PaskPolicy(KVPolicy):
         if self.table is not None and self.group is not None:
             floors = torch.tensor(self.table.floors[self.group], dtype=torch.float64, device=positions.device)
             tier[floor_protected(roles, scores, floors)] = 1
-        tier[positions >= seq_len - window] = 2
+        tier[(positions >= seq_len - window) | (positions < self.reserved_tokens)] = 2
         order = torch.sort(scores.float(), descending=True, stable=True).indices
         order = order[torch.sort(tier[order], descending=True, stable=True).indices]
         return KeepDecision(torch.sort(order[:capacity]).values, torch.sort(order[capacity:]).values)

@@ -11,6 +11,7 @@ Format (``"format": "sglang-pask-policy"``, ``"version": 1``)::
       "floors": [[0.0, 0.5, ...], ...],                         # per group, per role, in [0, 1]
       "residual_shares": [0.3, 0.25, 0.25, 0.2],                # per group, summing to 1
       "role_frequencies": {"whitespace": 0.04, ...},            # share of tokens per role
+      "sinks": 4,                                               # optional: first positions always kept
       "calibration": {...}                                      # settings, data and measurements
     }
 
@@ -51,6 +52,7 @@ def table_to_json(table: PaskTable, model_name: str, layer_ranges: Sequence[rang
         "floors": [list(row) for row in table.floors],
         "residual_shares": list(table.residual_shares),
         "role_frequencies": dict(zip(labels, table.role_frequencies)),
+        **({"sinks": table.sinks} if table.sinks else {}),
         "calibration": calibration,
     }
 
@@ -131,6 +133,7 @@ def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[r
             residual_shares=shares,
             layers_per_group=tuple(len(r) for r in groups),
             role_frequencies=tuple(frequencies.get(role, 0.0) for role in Role),
+            sinks=data.get("sinks", 0),
         )
     except ValueError as err:
         raise PolicyFileError(f"{where}: {err}") from None
