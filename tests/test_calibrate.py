@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import signal
@@ -87,7 +88,7 @@ def test_sensitivity_items_balanced_by_category_keep_order_and_spread():
 
 def test_bad_arguments_exit_2():
     for args in (["--budget", "1.5"], ["--limit", "0"], ["--sensitivity-per-category", "0"], ["--kv-layer-groups", "3-1"], ["--max-protected-share", "0"],
-                 ["--out", "/no/such/directory/policy.json"]):  # refused before a 40-minute run, not after
+                 ["--sinks", "-1"], ["--out", "/no/such/directory/policy.json"]):  # refused before a 40-minute run, not after
         run = subprocess.run([sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True,
                              timeout=120)
         assert run.returncode == 2 and "error" in run.stderr
@@ -116,7 +117,13 @@ def test_refit_for_keep_fits_the_floors_to_the_prompts_roles(tmp_path):
     assert calibration["distortion_budget"] == 0.5 and calibration["refit_of"]["file"] == str(source)
     assert calibration["error_rate_dropped"] == compress["calibration"]["error_rate_dropped"]
     table = load_policy_file(out, 4, [range(0, 2), range(2, 4)], "m")
-    assert table.floors[1][question] == 1.0
+    assert table.floors[1][question] == 1.0 and table.sinks == 0 and "sinks" not in data
+    # --sinks writes the sinks and changes nothing else.
+    with_sinks = tmp_path / "keep_sinks.json"
+    run = calibrate("--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
+                    "--sinks", "4", "--out", str(with_sinks))
+    assert run.returncode == 0, run.stderr
+    assert load_policy_file(with_sinks, 4, [range(0, 2), range(2, 4)], "m") == dataclasses.replace(table, sinks=4)
 
 
 def test_refit_refuses_another_grammar_than_its_measurements(tmp_path):

@@ -24,11 +24,14 @@ SCHEMA = json.dumps({"type": "object", "properties": {"city": {"type": "string",
                      "required": ["city", "days"]})
 
 
-def write_policy(path: Path, model_dir: Path, num_layers: int = 2) -> Path:
+SINKS = 2
+
+
+def write_policy(path: Path, model_dir: Path, num_layers: int = 2, sinks: int = 0) -> Path:
     floors = [0.0] * NUM_ROLES
     floors[Role.USER_QUESTION] = 1.0
     table = PaskTable(floors=(tuple(floors), tuple([0.0] * NUM_ROLES)), residual_shares=(0.5, 0.5),
-                      layers_per_group=(1, 1), role_frequencies=tuple([1.0 / NUM_ROLES] * NUM_ROLES))
+                      layers_per_group=(1, 1), role_frequencies=tuple([1.0 / NUM_ROLES] * NUM_ROLES), sinks=sinks)
     data = table_to_json(table, model_dir.name, RANGES, {"note": "written by a test"})
     data["model"]["num_layers"] = num_layers
     save_policy_file(path, data)
@@ -38,7 +41,7 @@ def write_policy(path: Path, model_dir: Path, num_layers: int = 2) -> Path:
 @pytest.fixture(scope="module")
 def pask_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     folder = tmp_path_factory.mktemp("pask")
-    policy = write_policy(folder / "policy.json", tiny_model_dir)
+    policy = write_policy(folder / "policy.json", tiny_model_dir, sinks=SINKS)
     server = ServerProcess(
         ["--model-path", str(tiny_model_dir), "--constrained-json-disable-any-whitespace", "--kv-policy", "pask",
          "--pask-policy", str(policy), "--kv-budget", "0.5", "--kv-layer-groups", "0-0,1-1", "--kv-window", "4"],
@@ -58,13 +61,14 @@ def generate(server: ServerProcess, **params) -> requests.Response:
 @pytest.mark.server
 def test_pask_serves_grammar_constrained_requests_within_budget(pask_server):
     for grammar in ({"json_schema": SCHEMA}, {"regex": "(yes|no)[0-9]{2}"}, {"ebnf": 'root ::= "SELECT " [a-z]+'}):
-        response = generate(pask_server, max_new_tokens=40, **grammar)
+        response = generate(pask_server, max_new_tokens=40, return_kv_kept=True, **grammar)
         assert response.status_code == 200, response.text
         stats = response.json()["meta_info"]["kv_stats"]
         assert stats["policy"] == "pask" and len(stats["group_budgets"]) == 2
-        for kept, budget in zip(stats["kept_tokens"], stats["group_budgets"]):
-            # b of the prompt and of the output, plus the window and the decode slack.
-            assert kept <= budget * stats["full_tokens"] + 4 + 4 + 2
+        for kept, budget, positions in zip(stats["kept_tokens"], stats["group_budgets"], stats["kept_positions"]):
+            # b of the prompt and of the output, plus the window and the decode slack, plus the sinks.
+            assert kept <= budget * stats["full_tokens"] + 4 + 4 + 2 + SINKS
+            assert positions[:SINKS] == list(range(SINKS))  # the sinks, kept in every group
 
 
 @pytest.mark.server

@@ -15,12 +15,13 @@ from sglang_pask.structure.roles import Role
 RANGES = [range(0, 2), range(2, 6)]
 
 
-def table(floors0=None, floors1=None, shares=(0.5, 0.5), frequencies=None) -> PaskTable:
+def table(floors0=None, floors1=None, shares=(0.5, 0.5), frequencies=None, sinks=0) -> PaskTable:
     return PaskTable(
         floors=(tuple(floors0 or [0.0] * NUM_ROLES), tuple(floors1 or [0.0] * NUM_ROLES)),
         residual_shares=shares,
         layers_per_group=(2, 4),
         role_frequencies=tuple(frequencies or [1.0 / NUM_ROLES] * NUM_ROLES),
+        sinks=sinks,
     )
 
 
@@ -84,6 +85,30 @@ def test_floors_above_capacity_are_cut_by_score_not_by_budget():
     assert kept - set(range(92, 100)) == best
 
 
+def test_sinks_are_kept_before_the_floors_in_every_group_and_reserved_beyond_the_budget():
+    positions, roles, scores = candidates(100, seed=3)
+    scores[:4] = 0.0  # the sinks' scores would never earn them a place
+    floors = [1.0] * NUM_ROLES
+    without = get_policy("pask", table=table(floors0=floors, floors1=floors), kernel_size=1)
+    with_sinks = get_policy("pask", table=table(floors0=floors, floors1=floors, sinks=4), kernel_size=1)
+    assert without.reserved_tokens == 0 and with_sinks.reserved_tokens == 4
+    for group in (0, 1):
+        plain = without.for_group(group).select(positions, roles, scores, 20, 8, 100)
+        assert not set(range(4)) & set(plain.keep.tolist())
+        decision = with_sinks.for_group(group).select(positions, roles, scores, 20, 8, 100)
+        kept = set(decision.keep.tolist())
+        assert decision.keep.numel() == 20 and set(range(4)) | set(range(92, 100)) <= kept
+        # The 8 places left go to the best-scored of the floor-protected rest, as without sinks.
+        assert kept - set(range(4)) - set(range(92, 100)) == set(
+            (torch.argsort(scores[4:92], descending=True, stable=True)[:8] + 4).tolist())
+
+
+@pytest.mark.parametrize("sinks", [-1, 2.5, True, "4"])
+def test_a_table_refuses_sinks_that_are_not_a_count(sinks):
+    with pytest.raises(ValueError, match="sinks must be a non-negative integer"):
+        table(sinks=sinks)
+
+
 def test_floor_protected_picks_the_best_of_each_role():
     roles = torch.tensor([3, 3, 3, 4, 4, 1])
     scores = torch.tensor([0.1, 0.9, 0.5, 0.2, 0.3, 0.0])
@@ -108,10 +133,13 @@ def test_floors_that_exceed_the_budget_are_refused():
         policy.group_budgets(0.9, 2, [3, 3])
 
 
-def test_policy_file_round_trip(tmp_path):
-    original = table(floors0=[0.25] * NUM_ROLES, shares=(0.4, 0.6))
+@pytest.mark.parametrize("sinks", [0, 4])
+def test_policy_file_round_trip(tmp_path, sinks):
+    original = table(floors0=[0.25] * NUM_ROLES, shares=(0.4, 0.6), sinks=sinks)
     path = tmp_path / "policy.json"
-    save_policy_file(path, table_to_json(original, "tiny", RANGES, {"items": 3}))
+    data = table_to_json(original, "tiny", RANGES, {"items": 3})
+    assert ("sinks" in data) == (sinks > 0)  # files without sinks read as before
+    save_policy_file(path, data)
     assert load_policy_file(path, 6, RANGES, "tiny") == original
 
 
@@ -146,6 +174,8 @@ def test_a_file_without_a_refined_role_gives_it_the_floor_of_the_role_it_refines
         (lambda d: d["floors"][0].__setitem__(0, 1.5), "every floor must be in"),
         (lambda d: d.update(residual_shares=[0.5, 0.7]), "must sum to 1"),
         (lambda d: d["floors"][1].pop(), "one value per entry"),
+        (lambda d: d.update(sinks=-2), "sinks must be a non-negative integer"),
+        (lambda d: d.update(sinks="4"), "sinks must be a non-negative integer"),
     ],
 )
 def test_policy_file_errors_name_the_problem(tmp_path, change, message):
