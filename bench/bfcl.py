@@ -718,16 +718,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         except ValueError as exc:
             parser.error(f"--from-json: {exc}")
         records = read_json_files(parser, [name for name, _ in sources])
-        try:
-            records = [tag_record(r, tag) for r, (_, tag) in zip(records, sources)]
-            if args.only is None:
-                record = merge_records(records)
-            else:
+        for (name, _), r in zip(sources, records):
+            if not isinstance(r, dict) or not isinstance(r.get("configs"), list):
+                parser.error(f"--from-json: {name} is not a python -m bench.bfcl --json file (no \"configs\" list)")
+        records = [tag_record(r, tag) for r, (_, tag) in zip(records, sources)]
+        rank = None
+        if args.only is not None:
+            try:
                 records, rank = only_configs(records, args.only)
-                record = merge_records(records)
-                record["configs"].sort(key=rank)
+            except ValueError as exc:
+                parser.error(str(exc))
+        try:
+            record = merge_records(records)
         except ValueError as exc:
             parser.error(f"--from-json: {exc}")
+        if rank is not None:
+            record["configs"].sort(key=rank)
         try:
             comparison_references(configs_from_record(record), args.compare_to)
         except ValueError as exc:

@@ -330,6 +330,16 @@ def test_every_flag_is_either_a_run_flag_or_meaningful_in_a_replay():
     assert dests - set(LIVE_RUN_FLAGS) == {"url", "server_args", "from_json", "json", "markdown", "plot", "compare_to", "only"}
 
 
+@pytest.mark.parametrize("content", ["[1, 2]", '{"command": "x"}', '{"configs": 3}'])
+def test_from_json_refuses_json_that_is_not_a_run(tmp_path, capsys, content):
+    path = tmp_path / "other.json"
+    path.write_text(content)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--from-json", f"{path}:tag"])
+    assert exit_info.value.code == 2
+    assert f"--from-json: {path} is not a python -m bench.bfcl --json file" in capsys.readouterr().err
+
+
 def test_from_json_refuses_a_non_json_file(tmp_path, capsys):  # the shared reader (tests/test_bench_common.py)
     path = tmp_path / "run.json"
     path.write_text("{not json")
