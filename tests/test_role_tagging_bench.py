@@ -29,8 +29,11 @@ def test_one_round_measures_every_case_and_the_bfcl_sweep(tmp_path: Path) -> Non
                          "sql_ebnf_lexer"}  # fmt: skip
     for row in rows.values():
         assert row["tokens"] > 10
-        for key in ("xgr_us_per_token", "tag_cold_us_per_token", "role_compile_ms", "xgr_compile_ms"):
+        for key in ("xgr_us_per_token", "role_compile_ms", "xgr_compile_ms"):
             assert row[key] > 0, key
+        # Timed directly without captures; with captures it is a difference of two timings (both - xgrammar
+        # alone), clipped at zero, which one noisy round can bring to zero.
+        assert row["tag_cold_us_per_token"] >= 0 if row["captures"] else row["tag_cold_us_per_token"] > 0
     assert not rows["bfcl_regex_call"]["captures"] and rows["sql_ebnf_captures"]["captures"]
     sweep = result["bfcl_sweep"]
     assert sweep["items"] == 2 and sweep["tokens"] > 0 and sweep["tag_first_us_per_token"] > 0
