@@ -13,3 +13,7 @@ python -m bench.memory --policies pask --budgets 0.02 --kv-dropped k4v2 --pask-p
   --server-args "$SA --disable-radix-cache" --json $D/memory_sinks4_radixoff.json
 python -m bench.memory --policies pask --budgets 0.02 --kv-dropped k4v2 --pask-policy $P \
   --server-args "$SA" --json $D/memory_sinks4_radixon.json
+# 3. Added after runs 1-2 (preregistration.md, addendum): the accuracy run with the radix cache on.
+python -m bench.bfcl --server-args "--kv-layer-groups 4 --kv-decode keep --kv-dropped k4v2 --dtype float32" \
+  --pask-policy $P --ids $IDS --concurrency 4 --max-tokens 256 --budgets 0.02 --policies pask --radix-cache \
+  --json $D/eval228_sinks4_radixon.json --markdown $D/eval228_sinks4_radixon.md
