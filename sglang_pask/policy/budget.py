@@ -133,7 +133,9 @@ def check_budget(budget: float, window: int, max_tokens: int, reserved: int = 0,
     held = f"the {window}-token recent window" + (
         f" plus {reserved} reserved tokens ({need} in all)" if reserved else ""
     )
-    if need > max_tokens:
+    if reserved >= max_tokens:
+        fix = f"no budget can hold it: the reserved tokens (attention sinks) must be fewer than {max_tokens}"
+    elif need > max_tokens:
         fix = f"no budget can hold it: the window must be at most {max_tokens - reserved} tokens"
     else:
         fix = f"it needs a budget of at least {math.ceil(need / max_tokens * 1e4) / 1e4:g}, or a smaller window"

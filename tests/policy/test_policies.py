@@ -273,6 +273,8 @@ def test_budget_too_small_for_the_window_names_the_numbers() -> None:
         assert part in message
     with pytest.raises(ValueError, match="no budget can hold it: the window must be at most 36 tokens"):
         check_budget(1.0, 64, 40, 4)
+    with pytest.raises(ValueError, match="the reserved tokens \\(attention sinks\\) must be fewer than 40"):
+        check_budget(1.0, 8, 40, 40)
 
 
 def test_plan_group_budgets_checks_every_group() -> None:
