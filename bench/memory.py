@@ -13,6 +13,12 @@ prompt format, greedy, EBNF-constrained calls, through ``/generate`` so that eac
   (``/server_info`` -> ``sglang_pask.kv_pool.peak_running_requests``);
 * **tokens/s**: generated tokens over the workload's wall time.
 
+With ``--breakdown`` each request also asks for the positions its groups held (``return_kv_kept``),
+and a second table shows where a request's slots go, per layer group and request on average: the
+prompt tokens matched from the radix cache, the full-precision tokens held in that matched prefix,
+in the rest of the prompt and among the generated tokens, and the low-bit tokens with the slots of
+their blocks (shared blocks counted whole, as the bytes above count them).
+
 Ratios are against ``full`` from the same run. Prints a table; ``--json`` writes the numbers with
 the command, date, machine and commit; ``--plot`` draws KV bytes and concurrency per configuration.
 
@@ -32,7 +38,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import requests
 from tqdm import tqdm
@@ -47,6 +53,20 @@ from sglang_pask.config import KV_DROPPED_MODES, KV_POLICIES
 from sglang_pask.server_process import ServerProcess
 
 BASELINE_POLICIES = [p for p in KV_POLICIES if p != "full"]
+
+
+@dataclass
+class SlotBreakdown:
+    """Where a request's slots go (``--breakdown``): means over requests and layer groups, in tokens
+    or slots of one group."""
+
+    tokens: float
+    matched_prefix_tokens: float
+    full_in_matched_prefix: float
+    full_in_rest_of_prompt: float
+    full_in_generated: float
+    lowbit_tokens: float
+    lowbit_slots: float
 
 
 @dataclass
@@ -65,18 +85,41 @@ class ConfigMemory:
     pool_bytes: int
     tokens_per_s: float
     wall_s: float
+    breakdown: Optional[SlotBreakdown] = None
+
+
+def slot_breakdown(results: Sequence[dict]) -> SlotBreakdown:
+    """:class:`SlotBreakdown` of responses whose ``kv_stats`` carry ``kept_positions`` (and, under a
+    low-bit mode, ``lowbit_positions`` and ``lowbit_slots``)."""
+    sums = dict.fromkeys(SlotBreakdown.__dataclass_fields__, 0.0)
+    count = 0
+    for result in results:
+        meta = result["meta_info"]
+        stats = meta["kv_stats"]
+        cached, prompt = meta.get("cached_tokens", 0), meta["prompt_tokens"]
+        groups = len(stats["kept_positions"])
+        for g, kept in enumerate(stats["kept_positions"]):
+            sums["full_in_matched_prefix"] += sum(1 for p in kept if p < cached)
+            sums["full_in_rest_of_prompt"] += sum(1 for p in kept if cached <= p < prompt)
+            sums["full_in_generated"] += sum(1 for p in kept if p >= prompt)
+            sums["lowbit_tokens"] += len(stats.get("lowbit_positions", [[]] * groups)[g])
+            sums["lowbit_slots"] += stats.get("lowbit_slots", [0] * groups)[g]
+        sums["tokens"] += stats["full_tokens"] * groups
+        sums["matched_prefix_tokens"] += cached * groups
+        count += groups
+    return SlotBreakdown(**{name: total / max(count, 1) for name, total in sums.items()})
 
 
 def chat_prompt(tokenizer, item) -> str:
     return tokenizer.apply_chat_template(build_messages(item), tokenize=False, add_generation_prompt=True)
 
 
-def send(url: str, text: str, ebnf: str, max_tokens: int) -> dict:
-    response = requests.post(
-        f"{url}/generate",
-        json={"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_tokens, "ebnf": ebnf}},
-        timeout=3600,
-    )
+def send(url: str, text: str, ebnf: str, max_tokens: int, kept: bool = False) -> dict:
+    """One greedy, EBNF-constrained ``/generate`` call; ``kept`` asks for the held positions."""
+    sampling = {"temperature": 0, "max_new_tokens": max_tokens, "ebnf": ebnf}
+    if kept:
+        sampling["return_kv_kept"] = True
+    response = requests.post(f"{url}/generate", json={"text": text, "sampling_params": sampling}, timeout=3600)
     response.raise_for_status()
     return response.json()
 
@@ -102,7 +145,8 @@ def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[
         server.wait_ready(timeout_s=900)
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-            futures = [pool.submit(send, server.url, text, ebnf, args.max_tokens) for text, ebnf in prompts]
+            futures = [pool.submit(send, server.url, text, ebnf, args.max_tokens, args.breakdown)
+                       for text, ebnf in prompts]
             results = [f.result() for f in tqdm(futures, desc=f"{policy} {budget}", file=sys.stderr)]
         wall = time.perf_counter() - start
         usage = requests.get(f"{server.url}/server_info", timeout=60).json()
@@ -128,6 +172,7 @@ def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[
         pool_bytes=usage["bytes"],
         tokens_per_s=generated / wall,
         wall_s=wall,
+        breakdown=slot_breakdown(results) if args.breakdown else None,
     )
 
 
@@ -142,6 +187,26 @@ def format_table(rows: Sequence[ConfigMemory]) -> str:
             f"| {r.policy} | {r.budget:g} | {r.kv_bytes_per_request / 1024:.0f} KiB | {r.kv_fraction:.2f} | "
             f"{r.peak_concurrent_requests} | {r.peak_concurrent_requests / full.peak_concurrent_requests:.2f}x | "
             f"{r.tokens_per_s:.1f} | {r.tokens_per_s / full.tokens_per_s:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
+def format_breakdown(rows: Sequence[ConfigMemory]) -> str:
+    """``--breakdown``'s table: per request and layer group on average, tokens or slots."""
+    lines = [
+        "| policy | budget | tokens | matched from cache | full: matched prefix | full: rest of prompt | "
+        "full: generated | low-bit tokens | low-bit slots | slots in all | slots / tokens |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        b = r.breakdown
+        if b is None:
+            continue
+        slots = b.full_in_matched_prefix + b.full_in_rest_of_prompt + b.full_in_generated + b.lowbit_slots
+        lines.append(
+            f"| {r.policy} | {r.budget:g} | {b.tokens:.1f} | {b.matched_prefix_tokens:.1f} | "
+            f"{b.full_in_matched_prefix:.1f} | {b.full_in_rest_of_prompt:.1f} | {b.full_in_generated:.1f} | "
+            f"{b.lowbit_tokens:.1f} | {b.lowbit_slots:.1f} | {slots:.1f} | {slots / b.tokens:.3f} |"
         )
     return "\n".join(lines)
 
@@ -185,6 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "--server-args) (default: drop)")
     parser.add_argument("--pask-policy", metavar="JSON", default=None,
                         help="--pask-policy for the pask configurations (default: the shipped policy)")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also show where each request's slots go (matched prefix, prompt, generated, "
+                        "low-bit blocks); the requests ask for their held positions")
     parser.add_argument("--json", type=output_file, default=None,
                         help="write results and run details to this JSON file")
     parser.add_argument("--plot", type=output_file, default=None, help="write a bar chart to this PNG file")
@@ -210,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows.append(run_config(model_path, policy, budget, prompts, args, Path(log_dir)))
             print(format_table(rows), file=sys.stderr)
     table = format_table(rows)
+    if args.breakdown:
+        table += "\n\n" + format_breakdown(rows)
     print(table)
     if args.json:
         record = {

@@ -13,3 +13,27 @@ def test_kv_dropped_and_pask_policy_reach_only_their_configurations():
     pask = server_flags("m", "pask", 0.175, args)
     assert pask[pask.index("--pask-policy") + 1] == "p.json" and "--kv-decode" in pask
     assert server_flags("m", "snapkv", 0.2, build_parser().parse_args([]))[-2:] == ["--kv-dropped", "drop"]
+
+
+def test_slot_breakdown_splits_held_positions_by_where_they_are():
+    from bench.memory import slot_breakdown
+
+    # Two groups; prompt of 6 tokens, the first 4 matched from the cache, 2 generated (8 in all).
+    stats = {"full_tokens": 8, "kept_positions": [[0, 1, 5, 6, 7], [0, 4, 7]],
+             "lowbit_positions": [[2, 3, 4], [1, 2, 3, 5, 6]], "lowbit_slots": [8, 16]}
+    result = {"meta_info": {"cached_tokens": 4, "prompt_tokens": 6, "kv_stats": stats}}
+    b = slot_breakdown([result])
+    assert b.tokens == 8 and b.matched_prefix_tokens == 4
+    assert b.full_in_matched_prefix == (2 + 1) / 2
+    assert b.full_in_rest_of_prompt == (1 + 1) / 2
+    assert b.full_in_generated == (2 + 1) / 2
+    assert b.lowbit_tokens == (3 + 5) / 2 and b.lowbit_slots == (8 + 16) / 2
+
+
+def test_slot_breakdown_without_lowbit_fields_counts_no_lowbit_slots():
+    from bench.memory import slot_breakdown
+
+    result = {"meta_info": {"prompt_tokens": 3, "kv_stats": {"full_tokens": 4, "kept_positions": [[0, 3]]}}}
+    b = slot_breakdown([result])
+    assert b.matched_prefix_tokens == 0 and b.full_in_rest_of_prompt == 1 and b.full_in_generated == 1
+    assert b.lowbit_tokens == 0 and b.lowbit_slots == 0
