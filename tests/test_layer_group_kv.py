@@ -61,8 +61,12 @@ def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, 
     def drop(row, group, positions):
         allocator.drop(group, req_to_token[row, positions])
 
+    def holds(row, group, positions):
+        return pool.physical(group, req_to_token[row, positions]) > 0
+
     pool.views = KVViewTable(get_policy(policy, **options), budgets, window, drop, slack=2, roles_of=roles_of,
-                             score_window=score_window, compress_decode=compress_decode, probe_of=probe_of)
+                             score_window=score_window, compress_decode=compress_decode, probe_of=probe_of,
+                             holds=holds)
     return pool, allocator, req_to_token
 
 
@@ -212,9 +216,47 @@ def test_private_eviction_never_touches_a_shared_prefix():
     for g in range(2):
         kept = pool.views.views[1].groups[g].kept
         assert kept is not None and (kept[:20] == torch.arange(20)).all()
-        # Each request keeps floor(0.33 * 30) = 9 of its 30 private tokens; the rest went back.
-        assert kept.numel() == 20 + 9
-        assert allocator.group_used_slots(g) == used_before[g] - 2 * (30 - 9)
+        # The row's budget, floor(0.33 * 50) = 16, is spent by the 20 prefix tokens held in full, so
+        # each request keeps only the 4-token window of its 30 private tokens; the rest went back.
+        assert kept.numel() == 20 + 4
+        assert allocator.group_used_slots(g) == used_before[g] - 2 * (30 - 4)
+    assert allocator.check_slots() == []
+
+
+def test_a_prompt_in_two_passes_keeps_as_many_tokens_as_in_one():
+    """The budget is the row's: a prompt of 60 keeps floor(0.33 * 60) = 19 per group, in one pass or in
+    two of 30 (9, then 19 - 9 = 10), not a budget and a window per pass."""
+    pool, allocator, req_to_token = make_grouped("snapkv", 0.33)
+    backend = backend_for(pool, req_to_token)
+    generator = torch.Generator().manual_seed(8)
+    ids = allocator.alloc(120)
+    req_to_token[1, :60], req_to_token[2, :60] = ids[:60], ids[60:]
+    run_layers(backend, forward_batch([1], [60], [60], ids[:60]), 60, generator)
+    run_layers(backend, forward_batch([2], [30], [30], ids[60:90]), 30, generator)
+    assert all(pool.views.views[2].groups[g].kept.numel() == 9 for g in range(2))
+    run_layers(backend, forward_batch([2], [60], [30], ids[90:]), 30, generator)
+    for g in range(2):
+        assert pool.views.views[1].groups[g].kept.numel() == 19
+        assert pool.views.views[2].groups[g].kept.numel() == 19
+        assert (pool.physical(g, req_to_token[2, :60]) > 0).sum() == 19
+    assert allocator.check_slots() == []
+
+
+def test_sinks_in_a_matched_prefix_take_no_capacity_from_the_rest():
+    """streaming-llm's 4 sinks are kept when they are candidates (one pass: max(floor(0.05 * 60), 4 + 4)
+    = 8); after a 10-token prefix they are not candidates, and the prefix's 10 held tokens exceed the
+    row's budget, so the rest keeps its window only."""
+    pool, allocator, req_to_token = make_grouped("streaming-llm", 0.05)
+    backend = backend_for(pool, req_to_token)
+    generator = torch.Generator().manual_seed(9)
+    prefix = write_prefix(pool, allocator, 10, generator)
+    ids = allocator.alloc(110)
+    req_to_token[1, :60] = ids[:60]
+    req_to_token[2, :10], req_to_token[2, 10:60] = prefix, ids[60:]
+    run_layers(backend, forward_batch([1, 2], [60, 60], [60, 50], torch.cat((ids[:60], ids[60:]))), 110, generator)
+    for g in range(2):
+        assert pool.views.views[1].groups[g].kept.tolist() == [0, 1, 2, 3, 56, 57, 58, 59]
+        assert pool.views.views[2].groups[g].kept.tolist() == list(range(10)) + [56, 57, 58, 59]
     assert allocator.check_slots() == []
 
 

@@ -38,8 +38,10 @@ TWO_BIT = BlockFormat(2, 2)
 FORMATS = [TWO_BIT, BlockFormat(2, 4), BlockFormat(4, 2)]
 
 
-def make_store(slots: int = 512, dtype: torch.dtype = torch.float32, block_format: BlockFormat = TWO_BIT):
-    """A two-group pool (one layer each) with its allocator, low-bit store and views (SnapKV, decode keeps)."""
+def make_store(slots: int = 512, dtype: torch.dtype = torch.float32, block_format: BlockFormat = TWO_BIT,
+               whole_blocks: bool = False):
+    """A two-group pool (one layer each) with its allocator, low-bit store and views (SnapKV, decode keeps);
+    ``whole_blocks`` tells the views the block size, as the server does."""
     budgets = [BUDGET, BUDGET]
     layout = LayerGroupLayout((range(0, 1), range(1, 2)), slots, (slots, slots), virtual_slot_count([slots] * 2, budgets))
     pool = LayerGroupMHAKVPool(slots, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM,
@@ -51,7 +53,9 @@ def make_store(slots: int = 512, dtype: torch.dtype = torch.float32, block_forma
     def drop(row, group, positions):
         store.drop(group, req_to_token[row, positions])
 
-    pool.views = KVViewTable(get_policy("snapkv"), budgets, WINDOW, drop, slack=2, compress_decode=False)
+    dropped_block = (BLOCK_TOKENS, store.rows_per_block) if whole_blocks else None
+    pool.views = KVViewTable(get_policy("snapkv"), budgets, WINDOW, drop, slack=2, compress_decode=False,
+                             dropped_block=dropped_block)
     runner = SimpleNamespace(device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
                              token_to_kv_pool=pool)
     return pool, allocator, store, req_to_token, LayerGroupTorchNativeAttnBackend(runner)
@@ -248,3 +252,23 @@ def test_a_head_dim_that_is_not_a_multiple_of_32_is_refused():
     allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False)
     with pytest.raises(RuntimeError, match="low-bit blocks: .*multiple of 32"):
         LowBitStore(TWO_BIT, pool, allocator)
+
+
+@pytest.mark.parametrize("length, kept, lowbit_slots", [
+    # floor(0.25 * 45) = 11 kept would leave 34 dropped: one block and 2 tokens; the 2 cost fewer slots
+    # in full than a second block (3 slots of fp32 at 2 bits), so 13 are kept and 32 fill one block.
+    (45, 13, 3),
+    # floor(0.25 * 100) = 25 leaves 75 dropped: two blocks and 11 tokens, which cost more in full than
+    # a third, partial block.
+    (100, 25, 9),
+])
+def test_the_dropped_tokens_of_a_pass_fill_whole_blocks_unless_the_rest_costs_more_in_full(length, kept, lowbit_slots):
+    pool, allocator, store, req_to_token, backend = make_store(whole_blocks=True)
+    assert store.rows_per_block == 3
+    prefill(allocator, req_to_token, backend, 1, length, torch.Generator().manual_seed(2))
+    positions, slots = store.row_summary(req_to_token[1, :length])
+    for group in range(2):
+        assert pool.views.views[1].groups[group].kept.numel() == kept
+        assert positions[group].numel() == length - kept
+        assert slots[group] == lowbit_slots
+    assert allocator.check_slots() == []

@@ -9,7 +9,7 @@
 """
 
 from .base import KeepDecision, KVPolicy, RankingPolicy, keep_highest
-from .budget import capacity, check_budget, plan_group_budgets
+from .budget import capacity, check_budget, extend_capacity, plan_group_budgets
 from .full import FullPolicy
 from .h2o import H2OPolicy
 from .pask import PaskPolicy, PaskTable
@@ -33,6 +33,7 @@ __all__ = [
     "StreamingLLMPolicy",
     "available_policies",
     "capacity",
+    "extend_capacity",
     "check_budget",
     "get_policy",
     "keep_highest",

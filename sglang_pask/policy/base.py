@@ -11,8 +11,9 @@ policy like this:
    (attention from the last-window queries, reduced over heads and TP ranks) and fold the new scores
    into the pair's state: ``state = policy.accumulate_scores(state, new)``.
 3. When the group holds more candidates than ``cap = capacity(budgets[g], n, window,
-   policy.reserved_tokens)``: ``decision = policy.select(positions, roles, state, cap, window,
-   seq_len)``; free the slots of ``decision.evict`` and keep ``state = state[decision.keep]``.
+   policy.reserved_tokens)`` (after an extend pass, :func:`~.budget.extend_capacity` over the whole
+   row): ``decision = policy.select(positions, roles, state, cap, window, seq_len)``; free the slots
+   of ``decision.evict`` and keep ``state = state[decision.keep]``.
 
 Candidates are the tokens the request privately owns in the group and may drop; tokens of a prefix
 shared through the radix cache are never candidates (the caller keeps them).
@@ -75,7 +76,8 @@ class KVPolicy(ABC):
 
     @property
     def reserved_tokens(self) -> int:
-        """Tokens outside the recent window that the policy always keeps (0 unless overridden)."""
+        """The first positions of a row (attention sinks), outside the recent window, that the policy
+        always keeps when they are candidates (0 unless overridden)."""
         return 0
 
     def group_budgets(self, total_budget: float, num_groups: int, layers_per_group: list[int]) -> list[float]:

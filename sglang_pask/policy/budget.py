@@ -7,10 +7,22 @@ plus the policy's reserved tokens (attention sinks), and never more than ``n``:
     capacity = min(n, max(floor(b * n), window + reserved))
 
 So a long request holds ``b`` of full KV and a short one at most the window: "``b`` of full plus a
-small fixed window". A budget is *impossible* when even the longest request the server admits
-(``max_tokens``, e.g. its context length) would keep fewer tokens than the window and the reserved
-tokens: the budget could never bind. :func:`check_budget` rejects that at start-up, and
-:func:`plan_group_budgets` does it for every group of a policy's split.
+small fixed window".
+
+A prompt may arrive in several extend passes (chunked prefill, or a prefix matched from the radix
+cache before the rest is computed). Each pass compresses only its own tokens, but the budget is the
+row's: a pass of ``n`` candidates in a row of ``L`` tokens that already holds ``h`` tokens before them
+keeps
+
+    extend_capacity = min(n, max(floor(b * L) - h, window + reserved))
+
+(:func:`extend_capacity`, with ``reserved`` the sinks among the candidates), so a prompt holds about
+``floor(b * L)`` however it was split, instead of a window and sinks per pass.
+
+A budget is *impossible* when even the longest request the server admits (``max_tokens``, e.g. its
+context length) would keep fewer tokens than the window and the reserved tokens: the budget could
+never bind. :func:`check_budget` rejects that at start-up, and :func:`plan_group_budgets` does it
+for every group of a policy's split.
 
 Pure Python (no torch, no sglang).
 """
@@ -94,6 +106,43 @@ def capacity(budget: float, num_tokens: int, window: int, reserved: int = 0) -> 
             f"num_tokens, window and reserved must be non-negative, got {num_tokens}, {window}, {reserved}"
         )
     return min(num_tokens, max(_kept(budget, num_tokens), window + reserved))
+
+
+def extend_capacity(budget: float, row_tokens: int, held_before: int, num_tokens: int, window: int,
+                    reserved: int = 0) -> int:
+    """How many of an extend pass's candidate tokens one layer group keeps, the budget applying to
+    the whole row.
+
+    Parameters
+    ----------
+    budget : float
+        The group's budget, a fraction of full KV in (0, 1].
+    row_tokens : int
+        The row's length after the pass (``L``).
+    held_before : int
+        Tokens before the candidates that the group still holds at full precision (``h``): those
+        of a prefix matched from the radix cache, or kept by the row's earlier passes.
+    num_tokens : int
+        The pass's candidate tokens (``n``).
+    window : int
+        The protected recent window, in tokens.
+    reserved : int
+        The policy's reserved tokens (attention sinks) among the candidates.
+
+    Returns
+    -------
+    int
+        ``min(n, max(floor(b * L) - h, window + reserved))``; :func:`capacity` when ``h == 0`` and
+        ``L == n`` (a prompt in one pass).
+    """
+    check_fraction(budget)
+    if min(row_tokens, held_before, num_tokens, window, reserved) < 0 or held_before + num_tokens > row_tokens:
+        raise ValueError(
+            f"need 0 <= held_before + num_tokens <= row_tokens and a non-negative window and reserved, got "
+            f"row_tokens={row_tokens}, held_before={held_before}, num_tokens={num_tokens}, window={window}, "
+            f"reserved={reserved}"
+        )
+    return min(num_tokens, max(_kept(budget, row_tokens) - held_before, window + reserved))
 
 
 def check_budget(budget: float, window: int, max_tokens: int, reserved: int = 0, *, what: str = "KV budget") -> None:

@@ -13,8 +13,9 @@ that group (``drop``); dropping never touches shared positions.
 When a request is compressed:
 
 * at the end of each extend (prefill) pass, in each group after the group's last layer: its fresh
-  tokens are candidates, compressed to ``capacity(b_g, n)`` right away (SnapKV after prefill), so
-  what the radix cache receives afterwards is already compressed;
+  tokens are candidates, compressed right away (SnapKV after prefill) so that the row holds about
+  ``floor(b_g * L)`` of its ``L`` tokens at full precision however its prompt was split into passes or
+  matched from the cache (``extend_capacity``); what the radix cache receives is already compressed;
 * during decode, once the private tokens a group holds exceed their capacity by ``slack`` (so the
   policy runs every ``slack`` steps, not every step).
 
@@ -34,13 +35,16 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from sglang_pask.policy import KVPolicy, capacity
+from sglang_pask.policy import KVPolicy, capacity, extend_capacity
 from sglang_pask.structure import Role
 
 # A function that frees group ``g``'s slots of some positions of a request row: (row, group, positions).
 DropFn = Callable[[int, int, Tensor], None]
 # A function that gives the roles of some positions of a request row: (row, positions) -> roles.
 RolesFn = Callable[[int, Tensor], Tensor]
+# A function that says which positions of a request row group ``g`` holds at full precision:
+# (row, group, positions) -> bool mask.
+HoldsFn = Callable[[int, int, Tensor], Tensor]
 
 
 # CalibrationProbe.drop_group of a probe that drops its role in every layer group.
@@ -155,6 +159,11 @@ class KVViewTable:
     score_window : int, optional
         The observation window: how many of the newest queries windowed scores use (default: ``window``,
         at least 1).
+    holds : HoldsFn, optional
+        Which positions a group holds at full precision (the pool's answer); when omitted, every
+        position a view reads counts as held.
+    dropped_block : tuple[int, int], optional
+        Under a low-bit ``--kv-dropped`` mode, ``(tokens, slots)`` of one low-bit block.
     """
 
     DECODE_SLACK = 4
@@ -162,7 +171,8 @@ class KVViewTable:
     def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn,
                  slack: int = DECODE_SLACK, device: torch.device | str = "cpu", roles_of: Optional[RolesFn] = None,
                  probe_of: Optional[ProbeFn] = None, score_window: Optional[int] = None,
-                 compress_decode: bool = True):
+                 compress_decode: bool = True, holds: Optional[HoldsFn] = None,
+                 dropped_block: Optional[tuple[int, int]] = None):
         self.device = torch.device(device)
         self.roles_of = roles_of
         self.probe_of = probe_of
@@ -173,6 +183,8 @@ class KVViewTable:
         self.drop = drop
         self.slack = slack
         self.compress_decode = compress_decode
+        self.holds = holds
+        self.dropped_block = dropped_block
         self.views: dict[int, RequestView] = {}
         self.peak_requests = 0
         self.compresses = any(b < 1.0 for b in self.group_budgets)
@@ -250,11 +262,9 @@ class KVViewTable:
             return
         if not self.compresses or not (is_extend or self.compress_decode):
             return
-        budget = self.group_budgets[group]
-        private = seq_len - request.shared_upto
-        cap = capacity(budget, private, self.window, self.policy.reserved_tokens)
         held = view.positions(seq_len, self.device)
         candidates = held[held >= request.shared_upto]
+        cap = self._capacity(row, group, held, request.shared_upto, seq_len, is_extend)
         if candidates.numel() <= cap + (0 if is_extend else self.slack):
             return
         policy = self.policy.for_group(group)
@@ -274,6 +284,30 @@ class KVViewTable:
             self.drop(row, group, candidates[decision.evict])
         kept = torch.cat((held[held < request.shared_upto], candidates[decision.keep]))
         view.kept, view.upto = kept, seq_len
+
+    def _capacity(self, row: int, group: int, held: Tensor, shared_upto: int, seq_len: int, is_extend: bool) -> int:
+        """How many of the row's private tokens ``group`` keeps after this step.
+
+        An extend pass applies the budget to the whole row (:func:`~sglang_pask.policy.extend_capacity`):
+        the full-precision tokens the group holds before ``shared_upto`` (a matched prefix, earlier
+        passes) count against it, and the sinks only where they are candidates. Decode applies it to
+        the tokens since the last extend (:func:`~sglang_pask.policy.capacity`). Under a low-bit
+        ``--kv-dropped`` mode the capacity then grows by the dropped tokens that would start a last,
+        partial block, when they take no more slots at full precision than that block would.
+        """
+        budget = self.group_budgets[group]
+        private = seq_len - shared_upto
+        if not is_extend:
+            return capacity(budget, private, self.window, self.policy.reserved_tokens)
+        before = held[held < shared_upto]
+        held_before = int(self.holds(row, group, before).sum()) if self.holds is not None else int(before.numel())
+        sinks = max(0, min(self.policy.reserved_tokens, seq_len) - shared_upto)
+        cap = extend_capacity(budget, seq_len, held_before, private, self.window, sinks)
+        if self.dropped_block is None or cap >= private:
+            return cap
+        block_tokens, block_slots = self.dropped_block
+        partial = (private - cap) % block_tokens
+        return cap + partial if partial <= block_slots else cap
 
     def keep_only(self, row: int, group: int, seq_len: int, keep: Tensor) -> None:
         """The extend pass decided itself (StructKV) which private positions ``group`` keeps: drop the

@@ -31,6 +31,7 @@ import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
 from sglang_pask.config import KV_DROPPED_BITS, PaskConfig
+from sglang_pask.kernels.kv_lowbit import BLOCK_TOKENS
 from sglang_pask.policy import KVPolicy, plan_group_budgets
 from sglang_pask.policy.resolve import build_policy
 from sglang_pask.srt.group_sizing import fixed_group_slots, group_slot_counts, virtual_slot_count
@@ -222,13 +223,19 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
         else:
             state.lowbit.drop(group, virtual)
 
+    def holds(row: int, group: int, positions: torch.Tensor) -> torch.Tensor:
+        return state.pool.physical(group, req_to_token[row, positions]) > 0
+
+    dropped_block = None
+    if block_format is not None:
+        dropped_block = (BLOCK_TOKENS, block_format.rows_per_block(state.pool.store_dtype.itemsize))
     state.allocator = allocator
     state.requests = RequestRoles()
     state.views = KVViewTable(state.policy, state.budgets, state.config.kv_window, drop, slack=slack,
                               score_window=state.config.kv_score_window,
                               compress_decode=state.config.kv_decode == "compress",
                               device=req_to_token.device, roles_of=state.requests.roles_of,
-                              probe_of=state.requests.probe_of)
+                              probe_of=state.requests.probe_of, holds=holds, dropped_block=dropped_block)
     state.pool.views = state.views
     return allocator
 

@@ -25,6 +25,7 @@ from sglang_pask.policy import (
     available_policies,
     capacity,
     check_budget,
+    extend_capacity,
     get_policy,
     plan_group_budgets,
     register_policy,
@@ -252,6 +253,30 @@ def test_pyramidkv_selects_like_snapkv(gen: torch.Generator) -> None:
 )
 def test_capacity(budget: float, n: int, window: int, reserved: int, expected: int) -> None:
     assert capacity(budget, n, window, reserved) == expected
+
+
+@pytest.mark.parametrize(
+    "budget, row, held, n, window, reserved, expected",
+    [
+        (0.33, 100, 0, 100, 8, 0, 33),  # one pass: capacity()
+        (0.33, 100, 16, 50, 8, 0, 17),  # a second pass keeps what the row's budget leaves
+        (0.02, 673, 5, 373, 8, 0, 8),  # a matched prefix already holds 5 of 13: the window
+        (0.33, 50, 20, 30, 4, 0, 4),  # a prefix held beyond the budget: the window only
+        (0.05, 60, 0, 60, 4, 4, 8),  # sinks among the candidates still take their place
+        (0.5, 10, 0, 3, 8, 0, 3),  # never more than the candidates
+    ],
+)
+def test_extend_capacity(budget: float, row: int, held: int, n: int, window: int, reserved: int, expected: int) -> None:
+    assert extend_capacity(budget, row, held, n, window, reserved) == expected
+    if held == 0 and row == n:
+        assert expected == capacity(budget, n, window, reserved)
+
+
+def test_extend_capacity_refuses_counts_that_do_not_fit_the_row() -> None:
+    with pytest.raises(ValueError, match="held_before=10, num_tokens=95"):
+        extend_capacity(0.3, 100, 10, 95, 8)
+    with pytest.raises(ValueError, match="window=-1"):
+        extend_capacity(0.3, 100, 0, 100, -1)
 
 
 @pytest.mark.parametrize("budget", [0.0, -0.1, 1.5, math.nan, math.inf])
