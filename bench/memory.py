@@ -17,7 +17,9 @@ With ``--breakdown`` each request also asks for the positions its groups held (`
 and a second table shows where a request's slots go, per layer group and request on average: the
 prompt tokens matched from the radix cache, the full-precision tokens held in that matched prefix,
 in the rest of the prompt and among the generated tokens, and the low-bit tokens with the slots of
-their blocks (shared blocks counted whole, as the bytes above count them).
+their blocks (shared blocks counted whole, as the bytes above count them); a third table shows the
+token places of those blocks that are not the request's own: another request's or the cache's
+tokens, tokens freed since the block was made, places never filled.
 
 Ratios are against ``full`` from the same run. Prints a table; ``--json`` writes the numbers with
 the command, date, machine and commit; ``--plot`` draws KV bytes and concurrency per configuration.
@@ -50,6 +52,7 @@ from sglang_pask.bfcl.grammar import item_ebnf
 from sglang_pask.bfcl.prompt import build_messages
 from sglang_pask.cli_paths import output_file
 from sglang_pask.config import KV_DROPPED_MODES, KV_POLICIES
+from sglang_pask.kernels.kv_lowbit import BLOCK_TOKENS
 from sglang_pask.server_process import ServerProcess
 
 BASELINE_POLICIES = [p for p in KV_POLICIES if p != "full"]
@@ -67,6 +70,11 @@ class SlotBreakdown:
     full_in_generated: float
     lowbit_tokens: float
     lowbit_slots: float
+    lowbit_blocks: float = 0.0
+    lowbit_passes: float = 0.0
+    places_other_rows: float = 0.0
+    places_freed: float = 0.0
+    places_never_filled: float = 0.0
 
 
 @dataclass
@@ -90,7 +98,7 @@ class ConfigMemory:
 
 def slot_breakdown(results: Sequence[dict]) -> SlotBreakdown:
     """:class:`SlotBreakdown` of responses whose ``kv_stats`` carry ``kept_positions`` (and, under a
-    low-bit mode, ``lowbit_positions`` and ``lowbit_slots``)."""
+    low-bit mode, ``lowbit_positions``, ``lowbit_slots`` and ``lowbit_block_places``)."""
     sums = dict.fromkeys(SlotBreakdown.__dataclass_fields__, 0.0)
     count = 0
     for result in results:
@@ -104,6 +112,12 @@ def slot_breakdown(results: Sequence[dict]) -> SlotBreakdown:
             sums["full_in_generated"] += sum(1 for p in kept if p >= prompt)
             sums["lowbit_tokens"] += len(stats.get("lowbit_positions", [[]] * groups)[g])
             sums["lowbit_slots"] += stats.get("lowbit_slots", [0] * groups)[g]
+            places = stats.get("lowbit_block_places", [{}] * groups)[g]
+            sums["lowbit_blocks"] += places.get("blocks", 0)
+            sums["lowbit_passes"] += places.get("passes", 0)
+            sums["places_other_rows"] += places.get("other_rows", 0)
+            sums["places_freed"] += places.get("freed", 0)
+            sums["places_never_filled"] += places.get("never_filled", 0)
         sums["tokens"] += stats["full_tokens"] * groups
         sums["matched_prefix_tokens"] += cached * groups
         count += groups
@@ -211,6 +225,29 @@ def format_breakdown(rows: Sequence[ConfigMemory]) -> str:
     return "\n".join(lines)
 
 
+def format_block_places(rows: Sequence[ConfigMemory]) -> str:
+    """``--breakdown``'s table of the low-bit blocks a request reads, per request and layer group on
+    average: blocks, the drop calls that made them, and their token places that are not the request's
+    own (another request's or the cache's tokens, freed since, never filled) with the slots they take."""
+    lines = [
+        "| policy | budget | blocks | made by passes | places: other rows | places: freed | "
+        "places: never filled | slots of places not the request's |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        b = r.breakdown
+        if b is None or not b.lowbit_blocks:
+            continue
+        not_own = b.places_other_rows + b.places_freed + b.places_never_filled
+        slots_per_place = b.lowbit_slots / (b.lowbit_blocks * BLOCK_TOKENS)
+        lines.append(
+            f"| {r.policy} | {r.budget:g} | {b.lowbit_blocks:.1f} | {b.lowbit_passes:.2f} | "
+            f"{b.places_other_rows:.1f} | {b.places_freed:.1f} | {b.places_never_filled:.1f} | "
+            f"{not_own * slots_per_place:.1f} |"
+        )
+    return "\n".join(lines)
+
+
 def plot(rows: Sequence[ConfigMemory], path: str) -> None:
     import matplotlib
 
@@ -279,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(format_table(rows), file=sys.stderr)
     table = format_table(rows)
     if args.breakdown:
-        table += "\n\n" + format_breakdown(rows)
+        table += "\n\n" + format_breakdown(rows) + "\n\n" + format_block_places(rows)
     print(table)
     if args.json:
         record = {

@@ -272,3 +272,31 @@ def test_the_dropped_tokens_of_a_pass_fill_whole_blocks_unless_the_rest_costs_mo
         assert positions[group].numel() == length - kept
         assert slots[group] == lowbit_slots
     assert allocator.check_slots() == []
+
+
+def test_block_places_say_whose_tokens_fill_the_blocks_a_row_reads():
+    # Row 1 drops 75 of 100 tokens per group: 3 blocks of one pass, 21 places never filled. Row 2 then
+    # reads row 1's first 64 ids (a matched prefix): the block straddling position 64 also holds row 1's
+    # later tokens (other rows), and once row 1's tail is freed, those places count as freed.
+    pool, allocator, store, req_to_token, backend = make_store()
+    length, shared = 100, 64
+    prefill(allocator, req_to_token, backend, 1, length, torch.Generator().manual_seed(3))
+    dropped = [store.locate(group, req_to_token[1, :length]).positions for group in range(2)]
+    assert [p.as_dict() for p in store.row_block_places(req_to_token[1, :length])] == \
+        [dict(blocks=3, passes=1, row_tokens=75, other_rows=0, freed=0, never_filled=21)] * 2
+    req_to_token[2, :shared] = req_to_token[1, :shared]
+    before = store.row_block_places(req_to_token[2, :shared])
+    allocator.free(req_to_token[1, shared:length])
+    after = store.row_block_places(req_to_token[2, :shared])
+    assert store.placed_passes == 2  # one drop call per group
+    for group in range(2):
+        in_prefix = int((dropped[group] < shared).sum())
+        blocks = -(-in_prefix // BLOCK_TOKENS)
+        beyond = min(blocks * BLOCK_TOKENS, 75) - in_prefix  # row 1's later tokens in the straddling block
+        never = blocks * BLOCK_TOKENS - min(blocks * BLOCK_TOKENS, 75)
+        assert before[group].as_dict() == dict(blocks=blocks, passes=1, row_tokens=in_prefix, other_rows=beyond,
+                                               freed=0, never_filled=never)
+        assert after[group].as_dict() == dict(blocks=blocks, passes=1, row_tokens=in_prefix, other_rows=0,
+                                              freed=beyond, never_filled=never)
+    allocator.free(req_to_token[1, :shared])
+    assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]

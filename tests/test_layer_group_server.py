@@ -228,6 +228,11 @@ def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_sl
                 assert sorted(set(kept) | set(lowbit)) == list(range(stats["full_tokens"]))
                 if cached:
                     assert min(lowbit) < meta["cached_tokens"]  # low-bit tokens of the cached prefix
+            for lowbit, slots, places in zip(stats["lowbit_positions"], stats["lowbit_slots"],
+                                             stats["lowbit_block_places"]):
+                assert places["row_tokens"] == len(lowbit) and places["blocks"] * 32 == \
+                    sum(places[k] for k in ("row_tokens", "other_rows", "freed", "never_filled"))
+                assert slots % places["blocks"] == 0 and places["passes"] >= 1
         # Concurrent requests sharing a cached system prompt, some constrained.
         with ThreadPoolExecutor(max_workers=4) as pool:
             results = list(pool.map(

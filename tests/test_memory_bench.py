@@ -37,3 +37,18 @@ def test_slot_breakdown_without_lowbit_fields_counts_no_lowbit_slots():
     b = slot_breakdown([result])
     assert b.matched_prefix_tokens == 0 and b.full_in_rest_of_prompt == 1 and b.full_in_generated == 1
     assert b.lowbit_tokens == 0 and b.lowbit_slots == 0
+
+
+def test_block_places_are_averaged_and_shown_in_slots():
+    from bench.memory import ConfigMemory, format_block_places, slot_breakdown
+
+    places = [{"blocks": 2, "passes": 1, "row_tokens": 40, "other_rows": 8, "freed": 0, "never_filled": 16},
+              {"blocks": 1, "passes": 1, "row_tokens": 20, "other_rows": 0, "freed": 4, "never_filled": 8}]
+    stats = {"full_tokens": 70, "kept_positions": [[0], [0]], "lowbit_positions": [list(range(40)), list(range(20))],
+             "lowbit_slots": [16, 8], "lowbit_block_places": places}
+    b = slot_breakdown([{"meta_info": {"cached_tokens": 0, "prompt_tokens": 60, "kv_stats": stats}}])
+    assert (b.lowbit_blocks, b.lowbit_passes) == (1.5, 1.0)
+    assert (b.places_other_rows, b.places_freed, b.places_never_filled) == (4.0, 2.0, 12.0)
+    row = ConfigMemory("pask", 0.02, 1, 1.0, 1.0, 1.0, 1, [1], [1], 1, 1.0, 1.0, breakdown=b)
+    # 8 slots per block of 32 places: the 18 places that are not the request's take 4.5 slots.
+    assert format_block_places([row]).splitlines()[-1] == "| pask | 0.02 | 1.5 | 1.00 | 4.0 | 2.0 | 12.0 | 4.5 |"

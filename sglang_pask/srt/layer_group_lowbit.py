@@ -89,8 +89,32 @@ class LocatedTokens:
     index: torch.Tensor
 
 
+@dataclass(frozen=True)
+class BlockPlaces:
+    """Where the token places of the low-bit blocks one request's row reads in one group go.
+
+    A block has :data:`BLOCK_TOKENS` places. Each place of a block the row reads is the row's own
+    token (``row_tokens``), a live token the row does not read (``other_rows``: another request's or
+    the radix cache's, e.g. past the end of a matched prefix), a token freed since the block was made
+    (``freed``: e.g. a duplicate the radix cache gave back on insertion), or was never filled
+    (``never_filled``: the pass that made the block had fewer dropped tokens left). ``passes`` counts
+    the distinct drop calls (one per layer group and extend pass of some request) that made the blocks.
+    """
+
+    blocks: int = 0
+    passes: int = 0
+    row_tokens: int = 0
+    other_rows: int = 0
+    freed: int = 0
+    never_filled: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
 class GroupBlockTable:
-    """One layer group's low-bit blocks: their slots, how many live tokens each holds, which are free.
+    """One layer group's low-bit blocks: their slots, how many live tokens each holds, which are free,
+    how many tokens each was made with and by which drop call (:class:`BlockPlaces`).
 
     Parameters
     ----------
@@ -103,6 +127,8 @@ class GroupBlockTable:
     def __init__(self, max_blocks: int, rows: int, device: Any):
         self.slots = torch.zeros((max_blocks, rows), dtype=torch.int64, device=device)
         self.live = torch.zeros(max_blocks, dtype=torch.int64, device=device)
+        self.filled = torch.zeros(max_blocks, dtype=torch.int64, device=device)
+        self.made_by = torch.zeros(max_blocks, dtype=torch.int64, device=device)
         self.free = torch.arange(max_blocks, dtype=torch.int64, device=device)
 
     def take(self, count: int) -> torch.Tensor:
@@ -120,6 +146,8 @@ class GroupBlockTable:
     def clear(self) -> None:
         self.slots.zero_()
         self.live.zero_()
+        self.filled.zero_()
+        self.made_by.zero_()
         self.free = torch.arange(self.live.numel(), dtype=torch.int64, device=self.live.device)
 
 
@@ -164,6 +192,7 @@ class LowBitStore:
         self.tables = [GroupBlockTable(slots // self.rows_per_block, self.rows_per_block, pool.device)
                        for slots in layout.group_slots]
         self.unstored_tokens = 0
+        self.placed_passes = 0
 
     def _buffers(self, group: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         pool = self.pool
@@ -226,6 +255,9 @@ class LowBitStore:
         table.slots[ids] = slots.view(blocks, self.rows_per_block)
         order = torch.arange(virtual.numel(), device=virtual.device)
         table.live[ids] = torch.bincount(order // BLOCK_TOKENS, minlength=blocks)
+        table.filled[ids] = table.live[ids]
+        table.made_by[ids] = self.placed_passes
+        self.placed_passes += 1
         entries = ids[order // BLOCK_TOKENS] * BLOCK_TOKENS + order % BLOCK_TOKENS + 1
         self.token_block[group, virtual] = entries.to(torch.int32)
 
@@ -295,6 +327,28 @@ class LowBitStore:
                              torch.zeros(0, dtype=torch.int64, device=virtual.device))
             slots.append(0 if located is None else int(located.slots.numel()))
         return positions, slots
+
+    def row_block_places(self, virtual: torch.Tensor) -> list[BlockPlaces]:
+        """Per group, :class:`BlockPlaces` of the blocks a request's row ``virtual`` (``(n,)`` int ids
+        by position) reads."""
+        places = []
+        for group, table in enumerate(self.tables):
+            entries = self.token_block[group, virtual.long()].long()
+            entries = entries[entries > 0]
+            if not entries.numel():
+                places.append(BlockPlaces())
+                continue
+            blocks, row_tokens = torch.unique((entries - 1) // BLOCK_TOKENS, return_counts=True)
+            live, filled = table.live[blocks], table.filled[blocks]
+            places.append(BlockPlaces(
+                blocks=int(blocks.numel()),
+                passes=int(torch.unique(table.made_by[blocks]).numel()),
+                row_tokens=int(row_tokens.sum()),
+                other_rows=int((live - row_tokens).sum()),
+                freed=int((filled - live).sum()),
+                never_filled=int((BLOCK_TOKENS - filled).sum()),
+            ))
+        return places
 
     def held_slots(self, group: int) -> torch.Tensor:
         """``(s,)`` int64: every physical slot of ``group`` holding a low-bit block."""

@@ -254,8 +254,12 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
     row = int(req.kv.req_pool_idx)
     request = state.views.views.get(row) if state is not None and state.views is not None else None
     held = state.held_positions(row, request, req_pool.req_to_token) if request is not None else None
-    lowbit, lowbit_slots = state.lowbit.row_summary(req_pool.req_to_token[row, :request.seq_len]) \
-        if request is not None and state.lowbit is not None else (None, None)
+    lowbit, lowbit_slots, block_places = None, None, None
+    if request is not None and state.lowbit is not None:
+        lowbit_row = req_pool.req_to_token[row, :request.seq_len]
+        lowbit, lowbit_slots = state.lowbit.row_summary(lowbit_row)
+        if wants(req, KEPT_FLAG):
+            block_places = [places.as_dict() for places in state.lowbit.row_block_places(lowbit_row)]
     result = original(req_pool, req)  # frees the row through free_rows, which drops the views
     if state is not None and state.views is not None:
         state.views.release(row)
@@ -276,6 +280,7 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
                 stats["kept_positions"] = [positions.tolist() for positions in held]
                 if lowbit is not None:
                     stats["lowbit_positions"] = [positions.tolist() for positions in lowbit]
+                    stats["lowbit_block_places"] = block_places
             if request.prefill is not None:
                 stats["structkv"] = request.prefill
             if request.probe is not None and request.probe.distortion_budget is not None:
