@@ -6,3 +6,7 @@ D=bench/results/block_places_2026-12-06
 P=bench/results/pask_sinks_calib76_2026-12-06/keep002_sinks4.json
 python -m bench.memory --policies pask --budgets 0.02 --kv-dropped k4v2 --pask-policy $P \
   --server-args "--chunked-prefill-size 512 --kv-decode keep" --breakdown --json $D/places_radixon.json
+# Second run: a pool no workload fills (65536 tokens), so the radix cache never evicts: places freed
+# here come from elsewhere (duplicates freed on insertion, tokens of finished requests not cached).
+python -m bench.memory --policies pask --budgets 0.02 --kv-dropped k4v2 --pask-policy $P --max-total-tokens 65536 \
+  --server-args "--chunked-prefill-size 512 --kv-decode keep" --breakdown --json $D/places_radixon_pool65536.json
