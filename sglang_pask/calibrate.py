@@ -66,7 +66,7 @@ from typing import Any, Optional, Sequence
 
 from sglang_pask.bfcl.constraints import CONSTRAINTS
 from sglang_pask.cli_paths import output_file
-from sglang_pask.config import DEFAULT_KV_WINDOW, KV_DECODE_MODES, LayerGroupSpec
+from sglang_pask.config import DEFAULT_KV_WINDOW, POLICY_DECODE_MODES, LayerGroupSpec
 
 PROG = "python -m sglang_pask.calibrate"
 # Probe answers may run this many tokens past the item's full-KV answer (see main()).
@@ -209,9 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "streaming-llm's 4) on top of the budget; written into the file (default: 0)")
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length cap (default: 128)")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default: 4)")
-    parser.add_argument("--kv-decode", choices=KV_DECODE_MODES, default="compress",
+    parser.add_argument("--kv-decode", choices=POLICY_DECODE_MODES, default="compress",
                         help="the server's --kv-decode the policy is for: 'keep' fits the floors to the prompt's "
-                             "roles only (default: compress)")
+                             "roles only, and serves --kv-decode lowbit too (default: compress)")
     parser.add_argument("--refit", metavar="POLICY", default=None,
                         help="recompute floors and shares from the measurements recorded in POLICY (no server)")
     parser.add_argument("--grammar", choices=CONSTRAINTS, default=None,

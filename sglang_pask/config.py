@@ -25,7 +25,10 @@ KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyram
 # Newest tokens every layer group always keeps (--kv-window default).
 DEFAULT_KV_WINDOW = 8
 #: What decode does with a request's generated tokens (``--kv-decode``).
-KV_DECODE_MODES = ("compress", "keep")
+KV_DECODE_MODES = ("compress", "keep", "lowbit")
+#: The decode modes a PASK policy file is calibrated for: under ``lowbit`` decode stores generated
+#: tokens by age, not by the policy, so the policy decides the prompt only, as under ``keep``.
+POLICY_DECODE_MODES = ("compress", "keep")
 #: What happens to the tokens a layer group drops (``--kv-dropped``): freed, or kept at low precision
 #: in blocks of the group's own slots (sglang_pask.srt.layer_group_lowbit): ``2bit`` keys and values
 #: at 2 bits (3/16 of their bf16 slots), ``k4v2`` keys at 4 and values at 2 bits (1/4).
@@ -135,7 +138,9 @@ class PaskConfig:
     kv_decode : str
         One of :data:`KV_DECODE_MODES`. ``compress``: each group keeps about its budget of the generated
         tokens too (the request's whole KV stays near the budget); ``keep``: generated tokens are never
-        dropped, the budget applies to the prompt (as SnapKV and kvpress define it).
+        dropped, the budget applies to the prompt (as SnapKV and kvpress define it); ``lowbit`` (with a
+        low-bit ``kv_dropped``): as ``keep``, but the generated tokens older than the window go to a
+        low-bit block each time 32 of them fill one (KIVI's full-precision residual of recent tokens).
     kv_dropped : str
         One of :data:`KV_DROPPED_MODES`. ``drop``: a token a layer group drops leaves it; ``2bit``: it
         stays readable in that group at 2 bits (keys per channel, values per token, in blocks of 32
@@ -193,6 +198,9 @@ class PaskConfig:
             raise ConfigError(f"--kv-score-window: must be at least 1 query, got {self.kv_score_window}")
         if self.kv_decode not in KV_DECODE_MODES:
             raise ConfigError(f"--kv-decode: unknown mode {self.kv_decode!r}; choose from {', '.join(KV_DECODE_MODES)}")
+        if self.kv_decode == "lowbit" and self.kv_dropped not in ("2bit", "k4v2"):
+            raise ConfigError(f"--kv-decode lowbit stores generated tokens in low-bit blocks: it needs --kv-dropped "
+                              f"2bit or k4v2, got --kv-dropped {self.kv_dropped}")
         self._check_kv_dropped()
         self._check_structkv()
 
@@ -205,9 +213,9 @@ class PaskConfig:
         if self.kv_policy == "full" or self.kv_budget >= 1.0:
             raise ConfigError(f"--kv-dropped {self.kv_dropped}: nothing is dropped with --kv-policy {self.kv_policy} "
                               f"at --kv-budget {self.kv_budget:g}; choose a compressing policy and a budget below 1")
-        if self.kv_decode != "keep":
-            raise ConfigError(f"--kv-dropped {self.kv_dropped} needs --kv-decode keep (a decode step drops a few "
-                              "tokens at a time, too few to fill a low-bit block)")
+        if self.kv_decode == "compress":
+            raise ConfigError(f"--kv-dropped {self.kv_dropped} needs --kv-decode keep or lowbit (a compressing decode "
+                              "step drops a few tokens at a time, too few to fill a low-bit block)")
         if self.structkv:
             raise ConfigError(f"--kv-dropped {self.kv_dropped}: not supported with --structkv")
 
@@ -233,6 +241,11 @@ class PaskConfig:
         if self.structkv_select not in STRUCTKV_SELECTIONS:
             raise ConfigError(f"--structkv-select: unknown choice {self.structkv_select!r}; "
                               f"choose from {', '.join(STRUCTKV_SELECTIONS)}")
+
+    @property
+    def policy_decode(self) -> str:
+        """The :data:`POLICY_DECODE_MODES` entry the policy (file) must be calibrated for."""
+        return "keep" if self.kv_decode == "lowbit" else self.kv_decode
 
     def to_dict(self) -> dict:
         """Plain JSON-serializable form (layer groups as their flag text)."""
@@ -374,8 +387,10 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         choices=KV_DECODE_MODES,
         default="compress",
         help="What decode does with generated tokens: 'compress' (each layer group keeps about its budget of "
-        "them, so a request's whole KV stays near the budget) or 'keep' (never dropped; the budget applies to "
-        "the prompt, as SnapKV defines it) (default: compress).",
+        "them, so a request's whole KV stays near the budget), 'keep' (never dropped; the budget applies to "
+        "the prompt, as SnapKV defines it) or 'lowbit' (as keep, but those older than --kv-window go to a "
+        "low-bit block of the --kv-dropped format each time 32 of them fill one; needs --kv-dropped 2bit or "
+        "k4v2) (default: compress).",
     )
     group.add_argument(
         "--kv-dropped",
@@ -385,7 +400,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "readable at 2 bits, keys per channel and values per token in blocks of 32 tokens, in the group's own "
         "slots: --kv-budget is then the share kept at full precision, and each dropped token costs 3/16 of a "
         "bf16 slot) or 'k4v2' (the same with keys at 4 bits: 1/4 of a bf16 slot); the low-bit modes need "
-        "--kv-decode keep and torch_native attention (default: drop).",
+        "--kv-decode keep or lowbit and torch_native attention (default: drop).",
     )
     group.add_argument(
         "--pask-policy",

@@ -120,7 +120,7 @@ def test_kv_decode_default_round_trip_and_check():
     config = PaskConfig(kv_policy="pask", kv_budget=0.33, kv_decode="keep")
     config.publish()
     assert PaskConfig.from_env() == config
-    with pytest.raises(ConfigError, match="--kv-decode: unknown mode 'drop'; choose from compress, keep"):
+    with pytest.raises(ConfigError, match="--kv-decode: unknown mode 'drop'; choose from compress, keep, lowbit"):
         PaskConfig(kv_decode="drop")
 
 
@@ -131,8 +131,13 @@ def test_kv_decode_default_round_trip_and_check():
         ({"kv_dropped": "2bit", "kv_decode": "keep"}, "--kv-dropped 2bit: nothing is dropped with --kv-policy full"),
         ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 1.0, "kv_decode": "keep"},
          "nothing is dropped with --kv-policy snapkv at --kv-budget 1"),
-        ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2}, "--kv-dropped 2bit needs --kv-decode keep"),
-        ({"kv_dropped": "k4v2", "kv_policy": "snapkv", "kv_budget": 0.2}, "--kv-dropped k4v2 needs --kv-decode keep"),
+        ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2},
+         "--kv-dropped 2bit needs --kv-decode keep or lowbit"),
+        ({"kv_dropped": "k4v2", "kv_policy": "snapkv", "kv_budget": 0.2},
+         "--kv-dropped k4v2 needs --kv-decode keep or lowbit"),
+        ({"kv_decode": "lowbit", "kv_policy": "snapkv", "kv_budget": 0.2},
+         "--kv-decode lowbit stores generated tokens in low-bit blocks: it needs --kv-dropped 2bit or k4v2, "
+         "got --kv-dropped drop"),
         ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2, "kv_decode": "keep", "structkv": True},
          "--kv-dropped 2bit: not supported with --structkv"),
     ],
@@ -145,7 +150,9 @@ def test_kv_dropped_is_checked(kwargs, message):
 def test_kv_dropped_default_and_round_trip(monkeypatch):
     assert PaskConfig().kv_dropped == "drop"
     for mode in ("2bit", "k4v2"):
-        config = PaskConfig(kv_policy="pask", kv_budget=0.175, kv_decode="keep", kv_dropped=mode)
-        monkeypatch.delenv(CONFIG_ENV, raising=False)
-        config.publish()
-        assert PaskConfig.from_env() == config
+        for decode in ("keep", "lowbit"):
+            config = PaskConfig(kv_policy="pask", kv_budget=0.175, kv_decode=decode, kv_dropped=mode)
+            monkeypatch.delenv(CONFIG_ENV, raising=False)
+            config.publish()
+            assert PaskConfig.from_env() == config
+            assert config.policy_decode == "keep"  # the policy decides the prompt only

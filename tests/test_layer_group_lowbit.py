@@ -39,9 +39,10 @@ FORMATS = [TWO_BIT, BlockFormat(2, 4), BlockFormat(4, 2)]
 
 
 def make_store(slots: int = 512, dtype: torch.dtype = torch.float32, block_format: BlockFormat = TWO_BIT,
-               whole_blocks: bool = False):
-    """A two-group pool (one layer each) with its allocator, low-bit store and views (SnapKV, decode keeps);
-    ``whole_blocks`` tells the views the block size, as the server does."""
+               whole_blocks: bool = False, lowbit_decode: bool = False):
+    """A two-group pool (one layer each) with its allocator, low-bit store and views (SnapKV, decode keeps,
+    or with ``lowbit_decode`` stores generated tokens in blocks); ``whole_blocks`` tells the views the
+    block size, as the server does."""
     budgets = [BUDGET, BUDGET]
     layout = LayerGroupLayout((range(0, 1), range(1, 2)), slots, (slots, slots), virtual_slot_count([slots] * 2, budgets))
     pool = LayerGroupMHAKVPool(slots, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM,
@@ -55,7 +56,7 @@ def make_store(slots: int = 512, dtype: torch.dtype = torch.float32, block_forma
 
     dropped_block = (BLOCK_TOKENS, store.rows_per_block) if whole_blocks else None
     pool.views = KVViewTable(get_policy("snapkv"), budgets, WINDOW, drop, slack=2, compress_decode=False,
-                             dropped_block=dropped_block)
+                             dropped_block=dropped_block, decode_block=BLOCK_TOKENS if lowbit_decode else None)
     runner = SimpleNamespace(device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
                              token_to_kv_pool=pool)
     return pool, allocator, store, req_to_token, LayerGroupTorchNativeAttnBackend(runner)
@@ -299,4 +300,47 @@ def test_block_places_say_whose_tokens_fill_the_blocks_a_row_reads():
         assert after[group].as_dict() == dict(blocks=blocks, passes=1, row_tokens=in_prefix, other_rows=0,
                                               freed=beyond, never_filled=never)
     allocator.free(req_to_token[1, :shared])
+    assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
+
+
+def test_lowbit_decode_stores_the_oldest_generated_tokens_as_one_whole_block_and_reads_them_back():
+    # A 40-token prompt, then decode: once 32 generated tokens lie outside the window, each group drops
+    # exactly those 32 into one block (no place left unfilled); the step after reads them at low precision.
+    pool, allocator, store, req_to_token, backend = make_store(lowbit_decode=True)
+    generator = torch.Generator().manual_seed(5)
+    length = 40
+    extend = prefill(allocator, req_to_token, backend, 1, length, generator)
+    prompt_dropped = [store.locate(group, req_to_token[1, :length]).positions for group in range(2)]
+    keys = [k.clone() for _, k, _, _ in extend]
+    values = [v.clone() for _, _, v, _ in extend]
+    seq = length
+    for _ in range(WINDOW + BLOCK_TOKENS + 3):
+        step = allocator.alloc(1)
+        req_to_token[1, seq] = step
+        decode = run_layers(backend, forward_batch([1], [seq + 1], [1], step, decode=True), 1, generator, decode=True)
+        seq += 1
+        stored = torch.arange(length, length + BLOCK_TOKENS) if seq - length >= WINDOW + BLOCK_TOKENS else \
+            torch.zeros(0, dtype=torch.int64)
+        for group, (_, k_new, v_new, output) in enumerate(decode):
+            located = store.locate(group, req_to_token[1, :seq]).positions
+            assert torch.equal(located, torch.cat((prompt_dropped[group], stored)))
+            query = decode[group][0].view(Q_HEADS, HEAD_DIM)
+            # This step read the generated tokens stored after the previous step at low precision.
+            read_stored = stored if seq - 1 - length >= WINDOW + BLOCK_TOKENS else torch.zeros(0, dtype=torch.int64)
+            k_ref = torch.cat((keys[group], k_new))
+            v_ref = torch.cat((values[group], v_new))
+            for positions in (prompt_dropped[group], read_stored):
+                if positions.numel():
+                    k_ref[positions] = quantized(k_ref[positions], True)
+                    v_ref[positions] = quantized(v_ref[positions], False)
+            logits = torch.einsum("hd,lhd->hl", query, k_ref.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
+            reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), v_ref.repeat_interleave(2, dim=1))
+            torch.testing.assert_close(output[0], reference.reshape(-1), rtol=1e-5, atol=1e-5)
+            keys[group], values[group] = torch.cat((keys[group], k_new)), torch.cat((values[group], v_new))
+    for group, places in enumerate(store.row_block_places(req_to_token[1, :seq])):
+        prompt_blocks = -(-prompt_dropped[group].numel() // BLOCK_TOKENS)
+        assert places.blocks == prompt_blocks + 1 and places.passes == 2
+        assert places.never_filled == prompt_blocks * BLOCK_TOKENS - prompt_dropped[group].numel()
+    assert allocator.check_slots() == []
+    allocator.free(req_to_token[1, :seq])
     assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]

@@ -210,10 +210,18 @@ def test_kv_decode_keep_holds_every_generated_token_and_frees_every_slot(tiny_mo
         server.stop()
 
 
-@pytest.mark.parametrize("mode", ["2bit", "k4v2"])
-def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_slot(tiny_model_dir, tmp_path, mode):
-    server = start(tiny_model_dir, tmp_path / f"{mode}.log", "snapkv", "--kv-decode", "keep", "--kv-dropped", mode)
+@pytest.mark.parametrize("mode, decode", [("2bit", "keep"), ("k4v2", "lowbit")])
+def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_slot(tiny_model_dir, tmp_path, mode,
+                                                                                     decode):
+    server = start(tiny_model_dir, tmp_path / f"{mode}.log", "snapkv", "--kv-decode", decode, "--kv-dropped", mode)
     try:
+        # 45 generated tokens: under --kv-decode lowbit the 32 oldest leave the window (8) and fill a block.
+        meta = generate(server, "answer " + " ".join(WORDS), max_new_tokens=45, ignore_eos=True,
+                        return_kv_kept=True)["meta_info"]
+        prompt_len = meta["prompt_tokens"]
+        for lowbit in meta["kv_stats"]["lowbit_positions"]:
+            generated = [p for p in lowbit if p >= prompt_len]
+            assert generated == (list(range(prompt_len, prompt_len + 32)) if decode == "lowbit" else [])
         # A prompt no other request shares, then one that extends it and matches it in the radix
         # cache: every position of each is read, in full or at low precision (the second reads the
         # first's low-bit tokens from the cache; before token-owned blocks it lost them).

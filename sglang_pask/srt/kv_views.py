@@ -164,6 +164,10 @@ class KVViewTable:
         position a view reads counts as held.
     dropped_block : tuple[int, int], optional
         Under a low-bit ``--kv-dropped`` mode, ``(tokens, slots)`` of one low-bit block.
+    decode_block : int, optional
+        ``--kv-decode lowbit``: after each decode step a group drops (to low-bit blocks) the oldest
+        generated tokens outside the window, this many at a time once that many have gathered, so
+        each fills one whole block; the policy does not choose them.
     """
 
     DECODE_SLACK = 4
@@ -172,7 +176,10 @@ class KVViewTable:
                  slack: int = DECODE_SLACK, device: torch.device | str = "cpu", roles_of: Optional[RolesFn] = None,
                  probe_of: Optional[ProbeFn] = None, score_window: Optional[int] = None,
                  compress_decode: bool = True, holds: Optional[HoldsFn] = None,
-                 dropped_block: Optional[tuple[int, int]] = None):
+                 dropped_block: Optional[tuple[int, int]] = None, decode_block: Optional[int] = None):
+        if decode_block is not None and (compress_decode or decode_block < 1):
+            raise ValueError(f"decode blocks of {decode_block} tokens need a decode that does not compress, "
+                             "and at least one token per block")
         self.device = torch.device(device)
         self.roles_of = roles_of
         self.probe_of = probe_of
@@ -185,6 +192,7 @@ class KVViewTable:
         self.compress_decode = compress_decode
         self.holds = holds
         self.dropped_block = dropped_block
+        self.decode_block = decode_block
         self.views: dict[int, RequestView] = {}
         self.peak_requests = 0
         self.compresses = any(b < 1.0 for b in self.group_budgets)
@@ -260,7 +268,12 @@ class KVViewTable:
             if probe.drop_group in (group, ALL_GROUPS) and (is_extend or self.compress_decode):
                 self._drop_role(row, group, seq_len, probe.drop_role)
             return
-        if not self.compresses or not (is_extend or self.compress_decode):
+        if not self.compresses:
+            return
+        if not is_extend and self.decode_block is not None:
+            self._store_generated(row, group, seq_len)
+            return
+        if not (is_extend or self.compress_decode):
             return
         held = view.positions(seq_len, self.device)
         candidates = held[held >= request.shared_upto]
@@ -308,6 +321,20 @@ class KVViewTable:
         block_tokens, block_slots = self.dropped_block
         partial = (private - cap) % block_tokens
         return cap + partial if partial <= block_slots else cap
+
+    def _store_generated(self, row: int, group: int, seq_len: int) -> None:
+        """``--kv-decode lowbit``: once :attr:`decode_block` generated tokens (those since the last
+        extend pass) older than the window are held in full, ``group`` drops the oldest that many,
+        which fill one low-bit block."""
+        request = self.views[row]
+        view = request.groups[group]
+        held = view.positions(seq_len, self.device)
+        generated = held[held >= request.shared_upto]
+        if generated.numel() - self.window < self.decode_block:
+            return
+        stored = generated[:self.decode_block]
+        self.drop(row, group, stored)
+        view.kept, view.upto = held[~torch.isin(held, stored)], seq_len
 
     def keep_only(self, row: int, group: int, seq_len: int, keep: Tensor) -> None:
         """The extend pass decided itself (StructKV) which private positions ``group`` keeps: drop the

@@ -153,7 +153,7 @@ def pool_builder(config: PaskConfig):
         num_layers = layers.num_effective_layers
         ranges = config.kv_layer_groups.resolve(num_layers)
         policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges,
-                              Path(configurator.model_config.model_path).name, config.kv_decode)
+                              Path(configurator.model_config.model_path).name, config.policy_decode)
         budgets = plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window,
                                      configurator.model_config.context_len)
         storage, block_rows = budgets, 0
@@ -235,7 +235,8 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
                               score_window=state.config.kv_score_window,
                               compress_decode=state.config.kv_decode == "compress",
                               device=req_to_token.device, roles_of=state.requests.roles_of,
-                              probe_of=state.requests.probe_of, holds=holds, dropped_block=dropped_block)
+                              probe_of=state.requests.probe_of, holds=holds, dropped_block=dropped_block,
+                              decode_block=BLOCK_TOKENS if state.config.kv_decode == "lowbit" else None)
     state.pool.views = state.views
     return allocator
 
