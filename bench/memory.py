@@ -140,10 +140,15 @@ def send(url: str, text: str, ebnf: str, max_tokens: int, kept: bool = False) ->
 
 def server_flags(model_path: str, policy: str, budget: float, args: argparse.Namespace) -> list[str]:
     """Launcher arguments of one configuration: ``--kv-dropped`` for every policy but full,
-    ``--pask-policy`` for pask only (the launcher refuses both where they do not apply)."""
+    ``--pask-policy`` for pask only (the launcher refuses both where they do not apply), and for full
+    ``--kv-decode keep`` where ``--server-args`` say ``lowbit`` (full KV drops nothing to store at low
+    precision, and the launcher refuses ``lowbit`` without a low-bit ``--kv-dropped``)."""
+    extra = shlex.split(args.server_args)
+    if policy == "full":
+        extra = ["keep" if i and extra[i - 1] == "--kv-decode" and flag == "lowbit" else
+                 "--kv-decode=keep" if flag == "--kv-decode=lowbit" else flag for i, flag in enumerate(extra)]
     flags = ["--model-path", model_path, "--kv-policy", policy, "--kv-budget", str(budget),
-             "--kv-layer-groups", args.layer_groups, "--max-total-tokens", str(args.max_total_tokens),
-             *shlex.split(args.server_args)]
+             "--kv-layer-groups", args.layer_groups, "--max-total-tokens", str(args.max_total_tokens), *extra]
     if policy != "full":
         flags += ["--kv-dropped", args.kv_dropped]
     if policy == "pask" and args.pask_policy is not None:

@@ -15,6 +15,15 @@ def test_kv_dropped_and_pask_policy_reach_only_their_configurations():
     assert server_flags("m", "snapkv", 0.2, build_parser().parse_args([]))[-2:] == ["--kv-dropped", "drop"]
 
 
+def test_full_kv_serves_kv_decode_lowbit_as_keep():
+    for decode in (["--kv-decode", "lowbit"], ["--kv-decode=lowbit"]):
+        args = build_parser().parse_args(["--kv-dropped", "k4v2", "--server-args", " ".join(decode + ["--x", "lowbit"])])
+        full = server_flags("m", "full", 1.0, args)
+        assert "lowbit" not in full[:-2] and full[-2:] == ["--x", "lowbit"]
+        assert "--kv-decode keep" in " ".join(full) or "--kv-decode=keep" in full
+        assert " ".join(decode) in " ".join(server_flags("m", "pask", 0.02, args))
+
+
 def test_slot_breakdown_splits_held_positions_by_where_they_are():
     from bench.memory import slot_breakdown
 
