@@ -26,8 +26,8 @@ KV_POLICIES: tuple[str, ...] = ("full", "streaming-llm", "h2o", "snapkv", "pyram
 DEFAULT_KV_WINDOW = 8
 #: What decode does with a request's generated tokens (``--kv-decode``).
 KV_DECODE_MODES = ("compress", "keep", "lowbit")
-#: The decode modes a PASK policy file is calibrated for: under ``lowbit`` decode stores generated
-#: tokens by age, not by the policy, so the policy decides the prompt only, as under ``keep``.
+#: The decode modes a PASK policy file is calibrated for (a ``lowbit`` server uses ``keep``'s:
+#: sglang_pask.policy.pask_file.CALIBRATED_DECODE).
 POLICY_DECODE_MODES = ("compress", "keep")
 #: What happens to the tokens a layer group drops (``--kv-dropped``): freed, or kept at low precision
 #: in blocks of the group's own slots (sglang_pask.srt.layer_group_lowbit): ``2bit`` keys and values
@@ -241,11 +241,6 @@ class PaskConfig:
         if self.structkv_select not in STRUCTKV_SELECTIONS:
             raise ConfigError(f"--structkv-select: unknown choice {self.structkv_select!r}; "
                               f"choose from {', '.join(STRUCTKV_SELECTIONS)}")
-
-    @property
-    def policy_decode(self) -> str:
-        """The :data:`POLICY_DECODE_MODES` entry the policy (file) must be calibrated for."""
-        return "keep" if self.kv_decode == "lowbit" else self.kv_decode
 
     def to_dict(self) -> dict:
         """Plain JSON-serializable form (layer groups as their flag text)."""

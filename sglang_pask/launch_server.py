@@ -136,7 +136,7 @@ def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int, model_n
 
     try:
         policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges, model_name,
-                              config.policy_decode)
+                              config.kv_decode)
     except PolicyFileError as err:
         raise ConfigError(f"--pask-policy: {err}") from None
     try:

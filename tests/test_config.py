@@ -155,4 +155,3 @@ def test_kv_dropped_default_and_round_trip(monkeypatch):
             monkeypatch.delenv(CONFIG_ENV, raising=False)
             config.publish()
             assert PaskConfig.from_env() == config
-            assert config.policy_decode == "keep"  # the policy decides the prompt only

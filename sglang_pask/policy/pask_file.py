@@ -34,6 +34,11 @@ from .pask import PaskTable
 FORMAT = "sglang-pask-policy"
 VERSION = 1
 
+#: The ``--kv-decode`` mode a policy file must be calibrated for, by the server's mode: under ``lowbit``
+#: decode stores generated tokens by age, not by the policy, so the policy decides the prompt only, as
+#: under ``keep``.
+CALIBRATED_DECODE = {"compress": "compress", "keep": "keep", "lowbit": "keep"}
+
 
 class PolicyFileError(ValueError):
     """A PASK policy file is malformed or does not fit the served model."""
@@ -119,10 +124,12 @@ def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[r
             f"{[[r[0], r[-1]] for r in layer_ranges]} (--kv-layer-groups)"
         )
     calibrated_mode = (data.get("calibration") or {}).get("kv_decode", "compress")
-    if kv_decode is not None and calibrated_mode != kv_decode:
+    wanted = CALIBRATED_DECODE.get(kv_decode, kv_decode) if kv_decode is not None else None
+    if wanted is not None and calibrated_mode != wanted:
+        uses = f", which uses policies calibrated for {wanted}" if wanted != kv_decode else ""
         raise PolicyFileError(
-            f"{where}: calibrated for --kv-decode {calibrated_mode}, the server runs --kv-decode {kv_decode} "
-            f"(refit it: python -m sglang_pask.calibrate --refit {path} --kv-decode {kv_decode} --out NEW.json)"
+            f"{where}: calibrated for --kv-decode {calibrated_mode}, the server runs --kv-decode {kv_decode}{uses} "
+            f"(refit it: python -m sglang_pask.calibrate --refit {path} --kv-decode {wanted} --out NEW.json)"
         )
     if any(len(row) != len(columns) for row in data["floors"]):
         raise PolicyFileError(f"{where}: every row of \"floors\" needs one value per entry of \"roles\"")

@@ -6,13 +6,14 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .base import KVPolicy
-from .pask_file import PolicyFileError, load_policy_file
+from .pask_file import CALIBRATED_DECODE, PolicyFileError, load_policy_file
 from .registry import get_policy
 
 # Calibrated PASK policies shipped with the package: ``<model folder name>.json`` for
-# ``--kv-decode compress``, ``<model folder name>.keep.json`` for ``--kv-decode keep``.
+# ``--kv-decode compress``, ``<model folder name>.keep.json`` for ``--kv-decode keep``,
+# ``<model folder name>.lowbit.json`` for ``--kv-decode lowbit`` (calibrated for ``keep``).
 CALIBRATED_DIR = Path(__file__).parent / "calibrated"
-_SHIPPED_SUFFIX = {"compress": ".json", "keep": ".keep.json"}
+_SHIPPED_SUFFIX = {"compress": ".json", "keep": ".keep.json", "lowbit": ".lowbit.json"}
 
 
 def shipped_policy_file(model_name: str, kv_decode: str = "compress") -> Optional[Path]:
@@ -37,6 +38,7 @@ def build_policy(name: str, pask_policy: Optional[str], num_layers: int, layer_r
     if path is None:
         raise PolicyFileError(
             f"no calibrated PASK policy ships for model {model_name!r} with --kv-decode {kv_decode}: write one "
-            f"with python -m sglang_pask.calibrate --kv-decode {kv_decode} and pass it with --pask-policy"
+            f"with python -m sglang_pask.calibrate --kv-decode {CALIBRATED_DECODE.get(kv_decode, kv_decode)} "
+            "and pass it with --pask-policy"
         )
     return get_policy("pask", table=load_policy_file(path, num_layers, layer_ranges, model_name, kv_decode))

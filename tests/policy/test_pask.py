@@ -199,6 +199,12 @@ def test_a_policy_file_is_refused_for_the_other_decode_mode(tmp_path):
     assert load_policy_file(path, 6, RANGES, "tiny", "compress") == table()
     with pytest.raises(PolicyFileError, match="calibrated for --kv-decode compress"):
         load_policy_file(path, 6, RANGES, "tiny", "keep")
+    # --kv-decode lowbit stores the answer by age: its policy is the one calibrated for keep.
+    with pytest.raises(PolicyFileError, match=r"the server runs --kv-decode lowbit, which uses policies calibrated "
+                                              r"for keep \(refit it: .* --kv-decode keep --out NEW.json\)"):
+        load_policy_file(path, 6, RANGES, "tiny", "lowbit")
+    save_policy_file(path, table_to_json(table(), "tiny", RANGES, {"kv_decode": "keep"}))
+    assert load_policy_file(path, 6, RANGES, "tiny", "lowbit") == table()
 
 
 def test_unreadable_policy_files(tmp_path):
@@ -220,6 +226,7 @@ def test_pask_without_a_table_is_the_plain_fill():
 
 @pytest.mark.parametrize("model, kv_decode", [("Qwen2.5-Coder-0.5B-Instruct", "compress"),
                                                ("Qwen2.5-Coder-0.5B-Instruct", "keep"),
+                                               ("Qwen2.5-Coder-0.5B-Instruct", "lowbit"),
                                                ("Qwen2.5-Coder-1.5B-Instruct", "keep")])
 def test_a_shipped_policy_loads_for_its_model_and_fits_its_budget(model, kv_decode):
     from sglang_pask.policy.resolve import CALIBRATED_DIR, shipped_policy_file
