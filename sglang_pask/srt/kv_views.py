@@ -328,11 +328,13 @@ class KVViewTable:
         which fill one low-bit block."""
         request = self.views[row]
         view = request.groups[group]
-        held = view.positions(seq_len, self.device)
-        generated = held[held >= request.shared_upto]
-        if generated.numel() - self.window < self.decode_block:
+        # Generated tokens held in full, counted without building the row's positions (every step).
+        in_full = seq_len - request.shared_upto if view.kept is None else \
+            seq_len - view.upto + int((view.kept >= request.shared_upto).sum())
+        if in_full - self.window < self.decode_block:
             return
-        stored = generated[:self.decode_block]
+        held = view.positions(seq_len, self.device)
+        stored = held[held >= request.shared_upto][:self.decode_block]
         self.drop(row, group, stored)
         view.kept, view.upto = held[~torch.isin(held, stored)], seq_len
 
