@@ -29,11 +29,13 @@ and measures accuracy and time to first token (TTFT: the prefill, one request al
 
 * ``full``: ``--kv-policy full``;
 * ``structkv``: ``--structkv`` (auto pivot unless ``--structkv-pivot N``, R_struct 0.2, R_KV 0.1);
+* ``structkv-central-kv``: ``structkv`` with ``--structkv-kv-score centrality`` (every layer's KV
+  ranked by the skeleton's cross-layer centrality instead of the layer's own scores);
 * ``fixed-pivot``: ``--structkv --structkv-mode fixed-pivot --structkv-pivot N`` (FastKV-style);
 * ``gemfilter``: ``--structkv --structkv-mode gemfilter --structkv-pivot N``;
 * ``snapkv``: ``--kv-policy snapkv --kv-budget 0.1`` (full prefill, KV compressed after it).
 
-The three StructKV modes run the server's StructKV defaults otherwise (the skeleton and each layer's
+The StructKV modes run the server's StructKV defaults otherwise (the skeleton and each layer's
 KV by whole sentences and lines, an observation window of 32); ``--structkv-args`` passes them other
 flags (``"--structkv-select tokens --structkv-window 8"``: the paper's token selection), so one
 selection compares against another on the same prompts.
@@ -43,8 +45,9 @@ run, and for the StructKV modes the median pivot layer and the layer after which
 from each response's ``meta_info.kv_stats.structkv``); ``--json`` writes it with the per-item results, command, date, machine and commit;
 ``--markdown`` writes the table as Markdown, ``--plot`` a PNG of accuracy and TTFT ratio against
 length per mode. Under the table, prompt by prompt: how many prompts only
-one of two modes answered right (each mode against full KV, StructKV against the fixed pivot) and
-the exact McNemar test of that split, since a few prompts either way are within the luck of the draw.
+one of two modes answered right (each mode against full KV, StructKV against the fixed pivot, and
+StructKV with centrality-ranked KV against StructKV) and the exact McNemar test of that split, since
+a few prompts either way are within the luck of the draw.
 
 ``--from-json RUN.json ...`` starts no server: it pools the answers of earlier runs' ``--json`` files
 (a prompt's answer in one mode counted once, from the first file that has it) and prints the same
@@ -82,7 +85,7 @@ from bench.common import (exact_mcnemar_p, exit_on_sigterm, markdown_header, non
                           read_json_files, refuse_flags_given, run_exit_status, run_header)
 from sglang_pask.cli_paths import output_file
 
-MODES: tuple[str, ...] = ("full", "structkv", "fixed-pivot", "gemfilter", "snapkv")
+MODES: tuple[str, ...] = ("full", "structkv", "structkv-central-kv", "fixed-pivot", "gemfilter", "snapkv")
 TASKS: tuple[str, ...] = ("niah", "vt", "niah-mk", "niah-mv")
 DEFAULT_TASKS: tuple[str, ...] = ("niah", "vt")
 ESSAY_TASKS: frozenset[str] = frozenset({"niah-mk", "niah-mv"})
@@ -91,7 +94,7 @@ LIVE_RUN_FLAGS: tuple[str, ...] = ("modes", "tasks", "lengths", "items", "first_
                                     "structkv_args", "interleave")
 """Destinations of the flags that shape a live run only, refused with ``--from-json``."""
 # Modes that run StructKV's prefill (they take --structkv-args).
-STRUCTKV_MODES: frozenset[str] = frozenset({"structkv", "fixed-pivot", "gemfilter"})
+STRUCTKV_MODES: frozenset[str] = frozenset({"structkv", "structkv-central-kv", "fixed-pivot", "gemfilter"})
 SEED = 20261130
 # RULER's noise haystack.
 NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
@@ -228,10 +231,12 @@ def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], pe
 
 def server_flags(mode: str, fixed_pivot: int, gemfilter_pivot: int, structkv_pivot: str = "auto") -> list[str]:
     """sglang-pask flags of a mode (see the module docstring)."""
+    structkv = ["--structkv", "--structkv-pivot", structkv_pivot, "--structkv-prefill-ratio", "0.2",
+                "--structkv-kv-ratio", "0.1"]
     return {
         "full": ["--kv-policy", "full"],
-        "structkv": ["--structkv", "--structkv-pivot", structkv_pivot, "--structkv-prefill-ratio", "0.2",
-                     "--structkv-kv-ratio", "0.1"],
+        "structkv": structkv,
+        "structkv-central-kv": [*structkv, "--structkv-kv-score", "centrality"],
         "fixed-pivot": ["--structkv", "--structkv-mode", "fixed-pivot", "--structkv-pivot", str(fixed_pivot),
                         "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
         "gemfilter": ["--structkv", "--structkv-mode", "gemfilter", "--structkv-pivot", str(gemfilter_pivot),
@@ -393,16 +398,18 @@ def format_table(rows: list[dict], markdown: bool = False) -> str:
 
 
 def _comparison_pairs(modes: set[str]) -> list[tuple[str, str]]:
-    """(mode, reference): every mode against full KV, and StructKV against the fixed pivot."""
+    """(mode, reference): every mode against full KV, StructKV against the fixed pivot, and StructKV
+    with its KV ranked by centrality against StructKV."""
     pairs = [(m, "full") for m in MODES if m != "full" and m in modes and "full" in modes]
-    if {"structkv", "fixed-pivot"} <= modes:
-        pairs.append(("structkv", "fixed-pivot"))
+    for mode, reference in (("structkv", "fixed-pivot"), ("structkv-central-kv", "structkv")):
+        if {mode, reference} <= modes:
+            pairs.append((mode, reference))
     return pairs
 
 
 def paired_comparisons(outcomes: list[Outcome]) -> list[dict]:
     """Prompt by prompt, where two modes' answers differ: per length (and over all lengths when
-    there are several), each mode against full KV and StructKV against the fixed pivot.
+    there are several): the pairs of :func:`_comparison_pairs`.
 
     Returns
     -------
@@ -532,7 +539,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="index of the first item: prompts are seeded by their index, so a run from "
                              "--first-item K answers prompts that a run of K items or fewer did not (default: 0)")
     parser.add_argument("--structkv-pivot", type=pivot_arg, default="auto",
-                        help="--structkv-pivot of structkv mode: auto or a layer index >= 1 (default: auto)")
+                        help="--structkv-pivot of the structkv modes: auto or a layer index >= 1 (default: auto)")
     parser.add_argument("--fixed-pivot", type=int, default=11, help="pivot layer of fixed-pivot mode (default: 11)")
     parser.add_argument("--gemfilter-pivot", type=int, default=9, help="selection layer of gemfilter mode (default: 9)")
     parser.add_argument("--layer-groups", type=int, default=24,
@@ -541,7 +548,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--server-args", default="--max-total-tokens 65536",
                         help="extra server flags (default: --max-total-tokens 65536)")
     parser.add_argument("--structkv-args", default="",
-                        help="extra server flags of the StructKV modes only (structkv, fixed-pivot, gemfilter), e.g. "
+                        help="extra server flags of the StructKV modes only (structkv, structkv-central-kv, fixed-pivot, "
+                             "gemfilter), e.g. "
                              "\"--structkv-select tokens --structkv-window 8\" (default: none)")
     parser.add_argument("--interleave", action="store_true",
                         help="start every mode's server at once and send each prompt to every mode in turn, "

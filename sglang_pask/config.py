@@ -49,6 +49,9 @@ DEFAULT_STRUCTKV_KV_RATIO = 0.1
 DEFAULT_STRUCTKV_WINDOW = 32
 # What StructKV selects (--structkv-select): whole sentences and lines, or single tokens.
 STRUCTKV_SELECTIONS: tuple[str, ...] = ("segments", "tokens")
+# What ranks each layer group's KV keep set (--structkv-kv-score): the group's own window scores (the
+# paper's) or the skeleton's cross-layer centrality, the same ranking in every group.
+STRUCTKV_KV_SCORES: tuple[str, ...] = ("own", "centrality")
 
 
 class ConfigError(ValueError):
@@ -167,6 +170,10 @@ class PaskConfig:
         One of :data:`STRUCTKV_SELECTIONS`: the skeleton and every group's KV keep set chosen by
         ``segments`` (whole sentences and lines by their tokens' mean score,
         :mod:`sglang_pask.structkv.segments`) or by ``tokens`` (single tokens, max-pooled).
+    structkv_kv_score : str
+        One of :data:`STRUCTKV_KV_SCORES`: what ranks every group's KV keep set: the group's own
+        window scores (``own``, the paper's) or the centrality the skeleton was chosen from
+        (``centrality``).
     """
 
     kv_policy: str = "full"
@@ -184,6 +191,7 @@ class PaskConfig:
     structkv_mode: str = "structkv"
     structkv_window: int = DEFAULT_STRUCTKV_WINDOW
     structkv_select: str = "segments"
+    structkv_kv_score: str = "own"
 
     def __post_init__(self) -> None:
         if self.kv_policy not in KV_POLICIES:
@@ -241,6 +249,9 @@ class PaskConfig:
         if self.structkv_select not in STRUCTKV_SELECTIONS:
             raise ConfigError(f"--structkv-select: unknown choice {self.structkv_select!r}; "
                               f"choose from {', '.join(STRUCTKV_SELECTIONS)}")
+        if self.structkv_kv_score not in STRUCTKV_KV_SCORES:
+            raise ConfigError(f"--structkv-kv-score: unknown choice {self.structkv_kv_score!r}; "
+                              f"choose from {', '.join(STRUCTKV_KV_SCORES)}")
 
     def to_dict(self) -> dict:
         """Plain JSON-serializable form (layer groups as their flag text)."""
@@ -254,7 +265,7 @@ class PaskConfig:
         unknown = set(data) - {"kv_policy", "kv_budget", "kv_layer_groups", "kv_window", "kv_score_window",
                                "kv_decode", "kv_dropped", "pask_policy", "structkv",
                                "structkv_prefill_ratio", "structkv_kv_ratio", "structkv_pivot", "structkv_mode",
-                               "structkv_window", "structkv_select"}
+                               "structkv_window", "structkv_select", "structkv_kv_score"}
         if unknown:
             raise ConfigError(f"unknown sglang-pask config keys: {', '.join(sorted(unknown))}")
         return cls(
@@ -273,6 +284,7 @@ class PaskConfig:
             structkv_mode=str(data.get("structkv_mode", "structkv")),
             structkv_window=int(data.get("structkv_window", DEFAULT_STRUCTKV_WINDOW)),
             structkv_select=str(data.get("structkv_select", "segments")),
+            structkv_kv_score=str(data.get("structkv_kv_score", "own")),
         )
 
     def publish(self) -> None:
@@ -459,6 +471,14 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         "lines, ranked by their tokens' mean score) or 'tokens' (single tokens, max-pooled over 7 neighbours, as "
         "the paper) (default: segments).",
     )
+    group.add_argument(
+        "--structkv-kv-score",
+        choices=STRUCTKV_KV_SCORES,
+        default=None,
+        help="What ranks the KV each layer group keeps for decode (R_KV of the prompt, among the tokens the group "
+        "computed): 'own' (the group's own window scores, as the paper) or 'centrality' (the cross-layer centrality "
+        "the skeleton was chosen from, the same ranking in every group) (default: own).",
+    )
 
 
 def from_namespace(args: argparse.Namespace) -> PaskConfig:
@@ -473,6 +493,7 @@ def from_namespace(args: argparse.Namespace) -> PaskConfig:
         "--structkv-mode": args.structkv_mode,
         "--structkv-window": args.structkv_window,
         "--structkv-select": args.structkv_select,
+        "--structkv-kv-score": args.structkv_kv_score,
     }
     given = [flag for flag, value in structkv_flags.items() if value is not None]
     if given and not args.structkv:
@@ -493,6 +514,7 @@ def from_namespace(args: argparse.Namespace) -> PaskConfig:
         structkv_mode=_or(args.structkv_mode, "structkv"),
         structkv_window=_or(args.structkv_window, DEFAULT_STRUCTKV_WINDOW),
         structkv_select=_or(args.structkv_select, "segments"),
+        structkv_kv_score=_or(args.structkv_kv_score, "own"),
     )
 
 

@@ -78,13 +78,13 @@ def test_broken_environment_config_is_a_clear_error(monkeypatch):
 def test_structkv_defaults_and_round_trip(monkeypatch):
     config = PaskConfig(kv_policy="snapkv", kv_budget=0.5, structkv=True, structkv_pivot=7,
                         structkv_mode="fixed-pivot", structkv_prefill_ratio=0.3, structkv_kv_ratio=0.15,
-                        structkv_window=16, structkv_select="tokens")
+                        structkv_window=16, structkv_select="tokens", structkv_kv_score="centrality")
     config.publish()
     assert PaskConfig.from_env() == config
     default = PaskConfig(structkv=True)
     assert (default.structkv_prefill_ratio, default.structkv_kv_ratio, default.structkv_pivot,
-            default.structkv_mode, default.structkv_window, default.structkv_select) == (
-        0.2, 0.1, "auto", "structkv", 32, "segments")
+            default.structkv_mode, default.structkv_window, default.structkv_select, default.structkv_kv_score) == (
+        0.2, 0.1, "auto", "structkv", 32, "segments", "own")
 
 
 @pytest.mark.parametrize(
@@ -98,6 +98,7 @@ def test_structkv_defaults_and_round_trip(monkeypatch):
         ({"structkv": True, "kv_window": 0}, "--kv-window: StructKV keeps a window of at least 1"),
         ({"structkv_window": 0}, "--structkv-window: must be at least 1 query, got 0"),
         ({"structkv_select": "words"}, "--structkv-select: unknown choice 'words'"),
+        ({"structkv_kv_score": "pivot"}, "--structkv-kv-score: unknown choice 'pivot'; choose from own, centrality"),
     ],
 )
 def test_structkv_values_are_checked(kwargs, message):

@@ -40,6 +40,8 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--structkv", "--structkv-window", "0"], "argument --structkv-window: must be at least 1, got 0"),
         (["--structkv", "--structkv-select", "words"], "argument --structkv-select: invalid choice: 'words'"),
         (["--structkv-select", "tokens"], "error: --structkv-select needs --structkv"),
+        (["--structkv", "--structkv-kv-score", "max"], "argument --structkv-kv-score: invalid choice: 'max'"),
+        (["--structkv-kv-score", "centrality"], "error: --structkv-kv-score needs --structkv"),
         (["--structkv", "--grammar-backend", "outlines"],
          "--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, got --grammar-backend outlines"),
         (["--structkv", "--skip-tokenizer-init"], "--structkv-select segments: needs the tokenizer"),
@@ -80,7 +82,7 @@ def test_help_lists_sglang_and_own_flags():
     assert result.returncode == 0
     for flag in ("--model-path", "--attention-backend", "--kv-policy", "--kv-budget", "--kv-layer-groups",
                  "--structkv", "--structkv-prefill-ratio", "--structkv-kv-ratio", "--structkv-pivot", "--structkv-mode",
-                 "--structkv-window", "--structkv-select"):
+                 "--structkv-window", "--structkv-select", "--structkv-kv-score"):
         assert flag in result.stdout
     assert "sglang-pask" in result.stdout
 

@@ -14,7 +14,8 @@ from transformers import AutoTokenizer
 
 from bench.common import exact_mcnemar_p
 from bench.long_context import (NOISE, Item, Outcome, ServerLost, ask, build_items, build_parser, essay_sentences,
-                                format_paired, format_table, is_correct, outcome, paired_comparisons, summarize)
+                                format_paired, format_table, is_correct, outcome, paired_comparisons, server_flags,
+                                summarize)
 from sglang_pask.default_model import ensure_default_model
 from sglang_pask.server_process import free_port
 
@@ -314,3 +315,15 @@ def test_every_flag_is_either_a_live_run_flag_or_meaningful_in_a_replay():
     dests = {a.dest for a in build_parser()._actions} - {"help"}
     assert set(LIVE_RUN_FLAGS) <= dests
     assert dests - set(LIVE_RUN_FLAGS) == {"from_json", "json", "markdown", "plot"}
+
+
+def test_centrality_ranked_kv_is_paired_with_structkv_and_full():
+    outcomes = [Outcome(mode, "niah-mv", 2048, i, bool(v), 1.0, "")
+                for mode, verdicts in (("full", [1, 1, 1, 0]), ("structkv", [0, 0, 1, 0]),
+                                       ("structkv-central-kv", [1, 1, 1, 1]))
+                for i, v in enumerate(verdicts)]
+    rows = {(r["mode"], r["reference"]): r for r in paired_comparisons(outcomes)}
+    assert set(rows) == {("structkv", "full"), ("structkv-central-kv", "full"), ("structkv-central-kv", "structkv")}
+    against_own = rows[("structkv-central-kv", "structkv")]
+    assert (against_own["only_mode"], against_own["only_reference"]) == (3, 0)
+    assert server_flags("structkv-central-kv", 11, 9)[-2:] == ["--structkv-kv-score", "centrality"]

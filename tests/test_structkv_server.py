@@ -7,7 +7,9 @@ One server at a time (each test starts and stops its own):
   rows, every layer group keeps R_KV of the prompt plus the window, decode runs under the KV
   policy, several requests batch together, a cached prefix is reused, and no slot leaks (Qwen2);
 * GemFilter-style mode restarts from layer 0 on the skeleton (Llama; the paper's token selection
-  and window of 8).
+  and window of 8);
+* with ``--structkv-kv-score centrality`` every group that computed the whole prompt keeps the same
+  prompt tokens (one ranking, the skeleton's centrality).
 
 The other tests run the defaults: segments (sentences, lines) and an observation window of 32.
 """
@@ -134,6 +136,26 @@ def test_gemfilter_mode_restarts_on_the_skeleton(tmp_path):
         assert report["select"] == "tokens" and report["segments"] is None
         assert report["rows_per_layer"] == [skeleton] * LAYERS
         assert result["meta_info"]["completion_tokens"] == 12
+        assert_clean(server)
+    finally:
+        server.stop()
+
+
+def test_centrality_ranked_kv_is_one_choice_in_every_group_that_saw_the_whole_prompt(qwen2_dir, tmp_path):
+    server = start(qwen2_dir, tmp_path / "central.log", "--structkv", "--structkv-prefill-ratio", "0.25",
+                   "--structkv-kv-ratio", "0.125", "--structkv-kv-score", "centrality")
+    try:
+        response = requests.post(f"{server.url}/generate", timeout=300, json={
+            "text": prompt(5, 260), "sampling_params": {"temperature": 0, "max_new_tokens": 6, "ignore_eos": True,
+                                                        "return_kv_kept": True}})
+        response.raise_for_status()
+        stats = response.json()["meta_info"]["kv_stats"]
+        report = stats["structkv"]
+        n, decided = report["computed_tokens"], report["decided_at"]
+        prompt_kept = [sorted(p for p in group if p < n) for group in stats["kept_positions"]]
+        assert all(len(kept) == math.floor(0.125 * n) + WINDOW for kept in prompt_kept)
+        # Groups up to the decision computed all n tokens: one ranking, one choice.
+        assert all(prompt_kept[g] == prompt_kept[0] for g in range(decided + 1))
         assert_clean(server)
     finally:
         server.stop()

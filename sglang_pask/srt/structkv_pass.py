@@ -50,6 +50,9 @@ class StructKVSettings:
     segments : bool
         The skeleton and the KV keep sets by whole segments (``--structkv-select segments``) rather
         than by pooled tokens.
+    kv_centrality : bool
+        Every group's KV keep set ranked by the decision's centrality (``--structkv-kv-score
+        centrality``) rather than by the group's own window scores.
     """
 
     pivot: PivotConfig
@@ -58,13 +61,14 @@ class StructKVSettings:
     window: int
     score_window: int
     segments: bool
+    kv_centrality: bool = False
 
     @classmethod
     def from_flags(cls, mode: str, pivot: str | int, prefill_ratio: float, kv_ratio: float,
-                   window: int, score_window: int, skeleton: str) -> "StructKVSettings":
+                   window: int, score_window: int, skeleton: str, kv_score: str = "own") -> "StructKVSettings":
         """``structkv``: decayed centrality (lambda 0.9); ``fixed-pivot``: FastKV-style, the pivot
         layer's own scores (lambda 0); ``gemfilter``: layer N's scores and a restart from layer 0.
-        ``skeleton`` is ``segments`` or ``tokens``."""
+        ``skeleton`` is ``segments`` or ``tokens``; ``kv_score`` is ``own`` or ``centrality``."""
         if mode == "structkv":
             config = PivotConfig(pivot=pivot)
         elif mode == "fixed-pivot":
@@ -75,7 +79,10 @@ class StructKVSettings:
             raise ValueError(f"unknown StructKV mode {mode!r}")
         if skeleton not in ("segments", "tokens"):
             raise ValueError(f"unknown StructKV skeleton {skeleton!r}")
-        return cls(config, prefill_ratio, kv_ratio, window, score_window, skeleton == "segments")
+        if kv_score not in ("own", "centrality"):
+            raise ValueError(f"unknown StructKV KV score {kv_score!r}")
+        return cls(config, prefill_ratio, kv_ratio, window, score_window, skeleton == "segments",
+                   kv_score == "centrality")
 
 
 @dataclass
@@ -292,7 +299,9 @@ class StructKVPass:
         """``(k,)`` int64 absolute positions of the fresh tokens whose KV ``group`` keeps.
 
         Candidates are the tokens every layer of the group computed in the final epoch: all ``n``
-        if the group ends before pruning began, else the skeleton.
+        if the group ends before pruning began, else the skeleton. They are ranked by the group's
+        own window scores, or with ``settings.kv_centrality`` by the decision's centrality (the
+        group's own scores when no decision was taken).
         """
         request = self.requests[index]
         device = request.computed.device
@@ -301,6 +310,8 @@ class StructKVPass:
         else:
             candidates = request.computed
         scores = request.group_scores.get(group)
+        if self.settings.kv_centrality and request.decision is not None:
+            scores = request.decision.centrality
         if scores is None:
             scores = torch.zeros(request.length, dtype=torch.float32, device=device)
         segments = request.pruning.segments

@@ -105,12 +105,15 @@ class PruneDecision:
         ``(k,)`` int64 local indices, sorted, unique, including the last ``window``.
     restart : bool
         GemFilter-style: rerun every layer from 0 on the skeleton.
+    centrality : Tensor
+        ``(n,)`` float: ``C_d``, the centrality the skeleton was chosen from (before pooling).
     """
 
     pivot: int
     decided_at: int
     skeleton: Tensor
     restart: bool
+    centrality: Tensor
 
     @property
     def prunes_from(self) -> int:
@@ -225,7 +228,7 @@ class PromptPruning:
             skeleton = segment_skeleton(centrality, self.segments, self.ratio, self.window)
         else:
             skeleton = pooled_skeleton(centrality, self.ratio, self.window, self.kernel_size)
-        self.decision = PruneDecision(pivot, layer, skeleton, self.config.restart_prefill)
+        self.decision = PruneDecision(pivot, layer, skeleton, self.config.restart_prefill, centrality)
         return self.decision
 
     def _settled_pivot(self, layer: int) -> Optional[int]:

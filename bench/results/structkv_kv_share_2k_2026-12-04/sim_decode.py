@@ -19,6 +19,15 @@ seeing only the prompt positions its rule keeps (plus every generated token). Ru
   newline rank high by the mean);
 - ``tokens`` (added 2026-12-05): R_KV 0.1 by single tokens, scores max-pooled over 7 neighbours
   (:func:`sglang_pask.structkv.prefill.kv_keep`, StructKV's ``--structkv-select tokens``).
+- ``sum_zerov`` / ``sum_mean`` / ``sum_segmean`` (added 2026-12-06): ``sum``'s kept set, with the
+  dropped positions left visible but changed in the cache: their values zeroed, keys kept (the
+  softmax's denominator as in full KV, the dropped content gone); their keys and values replaced by
+  their mean over all of the layer's dropped positions (per KV head: one merged token weighted by
+  the count it stands for); or by their mean within each segment (one merged token per segment).
+- ``sum_needles`` (added 2026-12-06, an oracle): ``sum``'s kept set plus, in every layer, the whole
+  segments that hold a needle (a segment naming "magic" and an expected value).
+- ``cent`` (added 2026-12-06): every layer keeps R_KV 0.1 by segments of the same scores, StructKV's
+  centrality at pivot 11 (``sum_{8 <= l <= 11} 0.9^(11 - l)`` of the layers' summed scores).
 
     PYTHONPATH=. .venv/bin/python bench/results/structkv_kv_share_2k_2026-12-04/sim_decode.py niah-mv 2048 6 full,sum,max [-v]
 """
@@ -45,7 +54,7 @@ tokenizer = AutoTokenizer.from_pretrained(model_path)
 vocab = TokenVocab.from_huggingface(tokenizer)
 end_table = segment_end_table(vocab.token_bytes, vocab.special_ids)
 sdpa = ALL_ATTENTION_FUNCTIONS["sdpa"]
-state = {"scores": [], "masks": None, "prompt": 0}
+state = {"scores": [], "masks": None, "prompt": 0, "needles": None}
 
 
 def attention(module, query, key, value, attention_mask, **kwargs):
@@ -108,6 +117,11 @@ def kept(heads: torch.Tensor, segments: torch.Tensor, rule: str) -> torch.Tensor
             keep = by_segment_peaks(summed, segments, 0.1, rule[3:])
         elif rule == "tokens":
             keep = kv_keep(summed, every, 0.1, 8)
+        elif rule == "sum_needles":
+            keep = torch.cat([by_segments(summed, 0.1), state["needles"]])
+        elif rule == "cent":
+            weights = [0.9 ** (11 - l) for l in range(8, 12)]
+            keep = by_segments(sum(w * heads[l].sum(0) for w, l in zip(weights, range(8, 12))), 0.1)
         elif rule == "sum02":
             keep = by_segments(summed, 0.2)
         elif rule == "max":
@@ -128,6 +142,27 @@ def kept(heads: torch.Tensor, segments: torch.Tensor, rule: str) -> torch.Tensor
     return masks
 
 
+def merge_dropped(cache, masks: torch.Tensor, segments: torch.Tensor, how: str) -> None:
+    """Rewrite, in place, each layer's dropped prompt positions (``~masks[layer]``) in ``cache``:
+    values zeroed (``zerov``), or keys and values set to their mean over the layer's dropped
+    positions (``mean``) or over each segment's dropped positions (``segmean``)."""
+    for layer, entry in enumerate(cache.layers):
+        dropped = (~masks[layer]).nonzero().flatten()
+        if dropped.numel() == 0:
+            continue
+        keys, values = entry.keys[0], entry.values[0]  # (kv_heads, seq, dim)
+        if how == "zerov":
+            values[:, dropped] = 0
+            continue
+        groups = torch.zeros_like(dropped) if how == "mean" else segments[dropped]
+        for tensor in (keys, values):
+            part = tensor[:, dropped]  # (kv_heads, d, dim)
+            sums = torch.zeros(tensor.shape[0], int(groups.max()) + 1, tensor.shape[2])
+            sums.index_add_(1, groups, part)
+            counts = torch.bincount(groups).clamp(min=1).to(sums.dtype)
+            tensor[:, dropped] = (sums / counts[None, :, None])[:, groups]
+
+
 stops = {tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("<|im_end|>")}
 correct = {rule: 0 for rule in rules}
 prompts = build_items(tokenizer, tasks, [length], items)
@@ -139,10 +174,20 @@ for item in prompts:
         prefill = model(ids, use_cache=True)
     heads = torch.stack(state["scores"])  # (layers, heads, n)
     segments = segment_ids(end_table[ids[0]])
+    text_of = {}
+    for position, segment in enumerate(segments.tolist()):
+        text_of[segment] = text_of.get(segment, "") + tokenizer.decode(ids[0, position : position + 1])
+    needle_segments = [s for s, t in text_of.items() if "magic" in t and any(v in t for v in item.expected)]
+    state["needles"] = torch.isin(segments, torch.tensor(needle_segments)).nonzero().flatten()
     line = []
     for rule in rules:
         cache = copy.deepcopy(prefill.past_key_values)
-        state["masks"], state["prompt"] = kept(heads, segments, rule), ids.shape[1]
+        merge = rule.split("_")[1] if rule in ("sum_zerov", "sum_mean", "sum_segmean") else None
+        masks = kept(heads, segments, "sum" if merge else rule)
+        if merge:
+            merge_dropped(cache, masks, segments, merge)
+            masks = torch.ones_like(masks)
+        state["masks"], state["prompt"] = masks, ids.shape[1]
         token = int(prefill.logits[0, -1].argmax())
         answer = [token]
         with torch.no_grad():
