@@ -61,11 +61,11 @@ class StructKVSettings:
     window: int
     score_window: int
     segments: bool
-    kv_centrality: bool = False
+    kv_centrality: bool
 
     @classmethod
     def from_flags(cls, mode: str, pivot: str | int, prefill_ratio: float, kv_ratio: float,
-                   window: int, score_window: int, skeleton: str, kv_score: str = "own") -> "StructKVSettings":
+                   window: int, score_window: int, skeleton: str, kv_score: str) -> "StructKVSettings":
         """``structkv``: decayed centrality (lambda 0.9); ``fixed-pivot``: FastKV-style, the pivot
         layer's own scores (lambda 0); ``gemfilter``: layer N's scores and a restart from layer 0.
         ``skeleton`` is ``segments`` or ``tokens``; ``kv_score`` is ``own`` or ``centrality``."""
