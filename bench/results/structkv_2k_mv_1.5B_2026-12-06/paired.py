@@ -1,11 +1,12 @@
 """One-off: the 2K multi-value prompts of this folder's 1.5B runs beside the default model's
 answers to the same prompts (same tokenizer, same seed), prompt by prompt.
 
-    python bench/results/structkv_2k_mv_1.5B_2026-12-06/paired.py
+    PYTHONPATH=. python bench/results/structkv_2k_mv_1.5B_2026-12-06/paired.py
 """
 import json
-from math import comb
 from pathlib import Path
+
+from bench.common import exact_mcnemar_p
 
 HERE = Path(__file__).parent
 DEFAULT_MODEL = HERE.parent / "structkv_central_kv_2026-12-06" / "pooled.json"
@@ -15,12 +16,6 @@ def correct(path: Path, length: int = 2048, task: str = "niah-mv") -> dict[tuple
     """(mode, item index) -> correct, for one length and task of a bench.long_context JSON."""
     return {(r["mode"], r["index"]): r["correct"] for r in json.loads(path.read_text())["results"]
             if r["length"] == length and r["task"] == task}
-
-
-def mcnemar(b: int, c: int) -> float:
-    """Exact two-sided McNemar p of a b:c split of the discordant prompts."""
-    n = b + c
-    return 1.0 if n == 0 else min(1.0, 2 * sum(comb(n, k) for k in range(min(b, c) + 1)) / 2 ** n)
 
 
 large = {**correct(HERE / "mv_i10.json"), **correct(HERE / "mv_i35.json")}
@@ -36,4 +31,4 @@ for name, answers in (("1.5B", large), ("0.5B", small)):
     only_s = sum(answers[("structkv", i)] and not answers[("full", i)] for i in items)
     only_f = sum(answers[("full", i)] and not answers[("structkv", i)] for i in items)
     print(f"{name}: full KV {full}, StructKV {structkv} ({structkv / full:.2f} of full); "
-          f"only StructKV right {only_s}, only full right {only_f}, exact McNemar p {mcnemar(only_s, only_f):.3f}")
+          f"only StructKV right {only_s}, only full right {only_f}, exact McNemar p {exact_mcnemar_p(only_s, only_f):.3f}")
