@@ -49,9 +49,11 @@ DEFAULT_STRUCTKV_KV_RATIO = 0.1
 DEFAULT_STRUCTKV_WINDOW = 32
 # What StructKV selects (--structkv-select): whole sentences and lines, or single tokens.
 STRUCTKV_SELECTIONS: tuple[str, ...] = ("segments", "tokens")
+DEFAULT_STRUCTKV_SELECT = "segments"
 # What ranks each layer group's KV keep set (--structkv-kv-score): the group's own window scores (the
 # paper's) or the skeleton's cross-layer centrality, the same ranking in every group.
 STRUCTKV_KV_SCORES: tuple[str, ...] = ("own", "centrality")
+DEFAULT_STRUCTKV_KV_SCORE = "own"
 
 
 class ConfigError(ValueError):
@@ -190,8 +192,8 @@ class PaskConfig:
     structkv_pivot: Union[str, int] = "auto"
     structkv_mode: str = "structkv"
     structkv_window: int = DEFAULT_STRUCTKV_WINDOW
-    structkv_select: str = "segments"
-    structkv_kv_score: str = "own"
+    structkv_select: str = DEFAULT_STRUCTKV_SELECT
+    structkv_kv_score: str = DEFAULT_STRUCTKV_KV_SCORE
 
     def __post_init__(self) -> None:
         if self.kv_policy not in KV_POLICIES:
@@ -283,8 +285,8 @@ class PaskConfig:
             structkv_pivot=data.get("structkv_pivot", "auto"),
             structkv_mode=str(data.get("structkv_mode", "structkv")),
             structkv_window=int(data.get("structkv_window", DEFAULT_STRUCTKV_WINDOW)),
-            structkv_select=str(data.get("structkv_select", "segments")),
-            structkv_kv_score=str(data.get("structkv_kv_score", "own")),
+            structkv_select=str(data.get("structkv_select", DEFAULT_STRUCTKV_SELECT)),
+            structkv_kv_score=str(data.get("structkv_kv_score", DEFAULT_STRUCTKV_KV_SCORE)),
         )
 
     def publish(self) -> None:
@@ -469,7 +471,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="What the skeleton and each layer group's KV keep set are chosen in: 'segments' (whole sentences and "
         "lines, ranked by their tokens' mean score) or 'tokens' (single tokens, max-pooled over 7 neighbours, as "
-        "the paper) (default: segments).",
+        f"the paper) (default: {DEFAULT_STRUCTKV_SELECT}).",
     )
     group.add_argument(
         "--structkv-kv-score",
@@ -477,7 +479,7 @@ def add_cli_args(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="What ranks the KV each layer group keeps for decode (R_KV of the prompt, among the tokens the group "
         "computed): 'own' (the group's own window scores, as the paper) or 'centrality' (the cross-layer centrality "
-        "the skeleton was chosen from, the same ranking in every group) (default: own).",
+        f"the skeleton was chosen from, the same ranking in every group) (default: {DEFAULT_STRUCTKV_KV_SCORE}).",
     )
 
 
@@ -513,8 +515,8 @@ def from_namespace(args: argparse.Namespace) -> PaskConfig:
         structkv_pivot=_or(args.structkv_pivot, "auto"),
         structkv_mode=_or(args.structkv_mode, "structkv"),
         structkv_window=_or(args.structkv_window, DEFAULT_STRUCTKV_WINDOW),
-        structkv_select=_or(args.structkv_select, "segments"),
-        structkv_kv_score=_or(args.structkv_kv_score, "own"),
+        structkv_select=_or(args.structkv_select, DEFAULT_STRUCTKV_SELECT),
+        structkv_kv_score=_or(args.structkv_kv_score, DEFAULT_STRUCTKV_KV_SCORE),
     )
 
 

@@ -25,6 +25,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
+from sglang_pask.config import STRUCTKV_KV_SCORES, STRUCTKV_SELECTIONS
 from sglang_pask.structkv import PivotConfig, PromptPruning, PruneDecision, kv_keep, segment_ids, segment_kv_keep
 
 PASS_ATTRIBUTE = "pask_structkv"
@@ -77,9 +78,9 @@ class StructKVSettings:
             config = PivotConfig(pivot=pivot, gemfilter=True)
         else:
             raise ValueError(f"unknown StructKV mode {mode!r}")
-        if skeleton not in ("segments", "tokens"):
+        if skeleton not in STRUCTKV_SELECTIONS:
             raise ValueError(f"unknown StructKV skeleton {skeleton!r}")
-        if kv_score not in ("own", "centrality"):
+        if kv_score not in STRUCTKV_KV_SCORES:
             raise ValueError(f"unknown StructKV KV score {kv_score!r}")
         return cls(config, prefill_ratio, kv_ratio, window, score_window, skeleton == "segments",
                    kv_score == "centrality")
