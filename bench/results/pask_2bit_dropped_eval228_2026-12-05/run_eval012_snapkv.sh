@@ -1,7 +1,0 @@
-#!/usr/bin/env bash
-# usage: run_eval012_snapkv.sh   (repository root; 228 evaluation items, float32, SnapKV at 0.12 + 2-bit rest)
-set -euo pipefail
-D=bench/results/pask_2bit_dropped_eval228_2026-12-05
-.venv/bin/python -m bench.bfcl --server-args "--kv-layer-groups 4 --kv-decode keep --kv-dropped 2bit --dtype float32" \
-    --ids "$D/eval228_ids.txt" --concurrency 4 --max-tokens 256 --policies snapkv --budgets 0.12 \
-    --json "$D/eval228_2bit_012_snapkv.json" --markdown "$D/eval228_2bit_012_snapkv.md"
