@@ -21,15 +21,13 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 from sglang_pask.config import KV_POLICIES  # noqa: E402
 from sglang_pask.policy import PaskTable, available_policies, capacity, get_policy  # noqa: E402
 from sglang_pask.structure.roles import Role  # noqa: E402
-from sglang_pask.srt.kv_views import ALL_GROUPS, CalibrationProbe, KVViewTable  # noqa: E402
+from sglang_pask.kvpool.compression import KVViewTable  # noqa: E402
+from sglang_pask.kvpool.probe import ALL_GROUPS, CalibrationProbe  # noqa: E402
 from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend  # noqa: E402
-from sglang_pask.srt.group_sizing import group_slot_counts, virtual_slot_count  # noqa: E402
+from sglang_pask.kvpool.sizing import group_slot_counts, virtual_slot_count  # noqa: E402
 from sglang_pask.srt.layer_group_admission import LayerGroupPrefillBudget  # noqa: E402
-from sglang_pask.srt.layer_group_pool import (  # noqa: E402
-    LayerGroupAllocator,
-    LayerGroupLayout,
-    LayerGroupMHAKVPool,
-)
+from sglang_pask.kvpool.sizing import LayerGroupLayout  # noqa: E402
+from sglang_pask.srt.layer_group_pool import LayerGroupAllocator, LayerGroupMHAKVPool  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 8, 2
 SLOTS, ROWS, CONTEXT = 256, 8, 128
@@ -455,7 +453,7 @@ def test_group_sizing_rejects_bad_input():
 
 
 def test_fixed_part_is_one_prefill_chunk_plus_every_requests_minimum():
-    from sglang_pask.srt.group_sizing import FIXED_PART_REQUESTS, fixed_group_slots
+    from sglang_pask.kvpool.sizing import FIXED_PART_REQUESTS, fixed_group_slots
 
     assert fixed_group_slots(4096, 512, 12) == 512 + FIXED_PART_REQUESTS * 12
     assert fixed_group_slots(4096, None, 12) == 4096  # chunked prefill off: one pass may fill the pool

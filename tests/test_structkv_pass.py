@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sglang_pask.srt.structkv_pass import StructKVPass, StructKVSettings
+from sglang_pask.structkv.forward_pass import StructKVPass, StructKVSettings
 
 LENGTH = 40
 WINDOW = 2

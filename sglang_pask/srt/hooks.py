@@ -67,7 +67,7 @@ def register(config: PaskConfig) -> None:
     # StructKV (scheduler): the layer loop of Qwen2, Qwen3 and Llama models prunes the prefill.
     if config.structkv:
         from sglang_pask.srt.structkv_model import MODEL_FORWARDS, structkv_forward
-        from sglang_pask.srt.structkv_pass import StructKVSettings
+        from sglang_pask.structkv.forward_pass import StructKVSettings
 
         settings = StructKVSettings.from_flags(config.structkv_mode, config.structkv_pivot,
                                                config.structkv_prefill_ratio, config.structkv_kv_ratio,

@@ -5,7 +5,7 @@ Every finished request served by a layer-group pool carries ``{"full_tokens": n,
 each layer group read at its last step, and the budgets. A request that asked with the sampling
 parameter ``"return_kv_kept": true`` also gets ``"kept_positions"``: per group, those positions
 themselves, ascending. Under StructKV, ``"structkv"`` adds what its prefill did
-(:meth:`~.structkv_pass.StructKVPass.report`: pivot, skeleton, rows per layer). The path is the same
+(:meth:`~sglang_pask.structkv.forward_pass.StructKVPass.report`: pivot, skeleton, rows per layer). The path is the same
 as the role fields' (:mod:`.role_output`): SGLang's ``customized_info`` from the scheduler's output
 streamer.
 """

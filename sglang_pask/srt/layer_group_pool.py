@@ -5,7 +5,7 @@ buffers of all layers. Here that id is *virtual*: each layer group ``g`` has its
 *physical* slots ``1..P_g`` and a map ``group_loc[g]`` from virtual id to physical slot (0 = absent),
 the scheme of SGLang's SWA pool (``full_to_swa_index_mapping``). The K/V buffers stay SGLang's own
 (one ``(P_g + 1, heads, head_dim)`` tensor per layer of group ``g``, ``P_g`` sized by the group's
-budget for the bytes of SGLang's ``P``-slot pool: :mod:`.group_sizing`); a layer of group ``g``
+budget for the bytes of SGLang's ``P``-slot pool: :mod:`sglang_pask.kvpool.sizing`); a layer of group ``g``
 indexes its buffers with ``g``'s physical slots. So a group can drop a token (its slot goes back to
 that group's allocator and serves another request) while other groups keep it, and the groups' slots
 serve up to ``V > P`` virtual tokens when the groups keep a fraction of each request.
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Optional
 
 import torch
@@ -27,56 +26,10 @@ from sglang.srt.mem_cache.allocator.token import TokenToKVPoolAllocator
 from sglang.srt.mem_cache.memory_pool import KvBufferDesc, KVWriteLoc, MHATokenToKVPool, _set_kv_buffer_impl
 from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
+from sglang_pask.kvpool.sizing import LayerGroupLayout
+
 if TYPE_CHECKING:
-    from sglang_pask.srt.layer_group_lowbit import LowBitStore
-
-
-@dataclass(frozen=True)
-class LayerGroupLayout:
-    """Which layers form which group, and the slot counts.
-
-    Attributes
-    ----------
-    ranges : tuple[range, ...]
-        Each group's layers, lowest first; together they cover ``0 .. num_layers - 1``.
-    physical_slots : int
-        ``P``: the slots SGLang sized its pool to (every layer's buffer in stock SGLang).
-    group_slots : tuple[int, ...]
-        ``(num_groups,)`` ``P_g``: each group's physical slots (:mod:`.group_sizing`); all ``P`` when
-        the groups' budgets are equal.
-    virtual_slots : int
-        ``V >= max_g P_g``: token ids SGLang's scheduler may hand out.
-    """
-
-    ranges: tuple[range, ...]
-    physical_slots: int
-    group_slots: tuple[int, ...]
-    virtual_slots: int
-
-    def __post_init__(self) -> None:
-        if len(self.group_slots) != len(self.ranges) or not self.ranges:
-            raise ValueError(f"{len(self.group_slots)} slot counts for {len(self.ranges)} layer groups")
-        if min(self.group_slots) < 1:
-            raise ValueError(f"every layer group needs at least one slot, got {list(self.group_slots)}")
-        if self.virtual_slots < max(self.group_slots):
-            raise ValueError(f"{self.virtual_slots} virtual ids cannot address {max(self.group_slots)} slots")
-
-    @property
-    def num_groups(self) -> int:
-        return len(self.ranges)
-
-    @property
-    def equal_groups(self) -> bool:
-        """Whether every group has SGLang's ``P`` slots (then every buffer is stock SGLang's)."""
-        return all(slots == self.physical_slots for slots in self.group_slots)
-
-    def group_of_layer(self) -> list[int]:
-        """``(num_layers,)``: the group of each layer."""
-        return [g for g, layers in enumerate(self.ranges) for _ in layers]
-
-    def last_layers(self) -> list[int]:
-        """``(num_groups,)``: the last layer of each group."""
-        return [layers[-1] for layers in self.ranges]
+    from sglang_pask.kvpool.lowbit import LowBitStore
 
 
 class LayerGroupMHAKVPool(MHATokenToKVPool):

@@ -2,7 +2,7 @@
 
 Mixed into SGLang's attention backends (:mod:`.layer_group_attention` for torch_native,
 :mod:`.layer_group_triton` for triton), before the SGLang class. Per forward it records each
-request's row, length, cached prefix and fresh tokens and makes its view (:mod:`.kv_views`); per layer
+request's row, length, cached prefix and fresh tokens and makes its view (:mod:`sglang_pask.kvpool.views`); per layer
 group it builds, once, each request's read list (the positions its view of that group keeps, with the
 group's physical slots); per layer and request it feeds the calibration probe's distortion, StructKV's
 scores and the policy's scores; after a group's last layer it compresses the group, and after the last
@@ -16,11 +16,12 @@ from typing import Any, Optional
 import torch
 
 from sglang_pask.kernels.window_scores import sequence_window_scores
-from sglang_pask.policy.distortion import attention_distortion
-from sglang_pask.srt.kv_views import KVViewTable
-from sglang_pask.srt.layer_group_lowbit import LocatedTokens, LowBitStore
+from sglang_pask.kvpool import probe as probes
+from sglang_pask.kvpool.compression import KVViewTable
+from sglang_pask.kvpool.probe import CalibrationProbe
+from sglang_pask.kvpool.lowbit import LocatedTokens, LowBitStore
 from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
-from sglang_pask.srt.structkv_pass import StructKVPass
+from sglang_pask.structkv.forward_pass import StructKVPass
 
 # One request's read list in one group: (positions (k,) int64, physical slots (k,) int64).
 ReadList = tuple[torch.Tensor, torch.Tensor]
@@ -48,6 +49,8 @@ class LayerGroupReads:
         self._reads: dict[int, list[ReadList]] = {}
         self._lowbit_reads: dict[int, list[Optional[LocatedTokens]]] = {}
         self._batch: list[BatchEntry] = []
+        # Batch index -> distortion probe, for this forward's requests that carry one (usually none).
+        self._distortion_probes: dict[int, CalibrationProbe] = {}
 
     def _begin_forward(self, forward_batch: Any) -> None:
         """Record the forward's requests in batch order and make sure each has its view."""
@@ -64,6 +67,12 @@ class LayerGroupReads:
         assert self.views is not None
         for row, _, prefix_len, _ in self._batch:
             self.views.view(row, prefix_len)
+        self._distortion_probes = {}
+        if self.views.probes:
+            for index, (row, _, _, _) in enumerate(self._batch):
+                probe = self.views.probes.get(row)
+                if probe is not None and probe.distortion_budget is not None:
+                    self._distortion_probes[index] = probe
 
     def _layer_group(self, layer: Any) -> int:
         pool: LayerGroupMHAKVPool = self.token_to_kv_pool
@@ -129,10 +138,12 @@ class LayerGroupReads:
         assert self.views is not None
         return self.views.scores_needed(is_extend) and (prune is None or prune.feeds_policy_scores())
 
-    def _probe_wants_distortion(self, row: int, is_extend: bool) -> bool:
-        assert self.views is not None
-        probe = self.views.views[row].probe
-        return is_extend and probe is not None and probe.distortion_budget is not None
+    def _distortion_probe(self, index: int, is_extend: bool) -> Optional[CalibrationProbe]:
+        """The distortion probe of request ``index``, measured in extend passes only; None for every
+        request but a calibration request's."""
+        if not self._distortion_probes or not is_extend:
+            return None
+        return self._distortion_probes.get(index)
 
     def _observe(self, index: int, group: int, layer: Any, query: torch.Tensor, keys: torch.Tensor,
                  values: torch.Tensor, positions: torch.Tensor, is_extend: bool,
@@ -155,13 +166,9 @@ class LayerGroupReads:
         assert self.views is not None
         row = self._batch[index][0]
         new = query.shape[1]
-        if self._probe_wants_distortion(row, is_extend):
-            probe = self.views.views[row].probe
-            window_q = query[:, max(0, new - self.views.score_window):, :].movedim(0, 1)
-            self.views.add_distortion(row, group, attention_distortion(
-                window_q, keys.movedim(0, 1), values.movedim(0, 1), layer.scaling, probe.distortion_budget,
-                self.views.window,
-            ))
+        probe = self._distortion_probe(index, is_extend)
+        if probe is not None:
+            probes.record_distortion(self.views, row, group, query, keys, values, layer.scaling, probe)
         if prune is not None:
             scored = min(new, prune.settings.score_window)
             window_q = query[:, new - scored:, :].movedim(0, 1).float()

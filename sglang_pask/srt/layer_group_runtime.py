@@ -3,16 +3,16 @@
 Hooks (registered by :mod:`.hooks`):
 
 * ``KVCacheConfigurator._build_mha_kv_pool`` (AROUND): the policy's group budgets size each group's
-  slots (:mod:`.group_sizing`, same bytes as SGLang's pool), and SGLang builds its MHA pool as usual,
+  slots (:mod:`sglang_pask.kvpool.sizing`, same bytes as SGLang's pool), and SGLang builds its MHA pool as usual,
   of our class :class:`~.layer_group_pool.LayerGroupMHAKVPool` bound to that layout.
 * ``KVCacheConfigurator._build_token_to_kv_pool_allocator`` (AROUND): a
   :class:`~.layer_group_pool.LayerGroupAllocator` over ``V`` virtual ids and the request views
-  (:class:`~.kv_views.KVViewTable`) with the policy and its group budgets.
+  (:class:`~sglang_pask.kvpool.compression.KVViewTable`) with the policy and its group budgets.
 * ``KVCacheConfigurator.configure`` (AFTER): the scheduler's token capacity becomes ``V``.
 * ``ReqToTokenPool.free`` / ``free_rows`` (AROUND): a request leaving the pool leaves the views;
   its final KV statistics go on the request (``req.pask_kv_stats``) for its response, with the
   positions each group kept if the request asked (``return_kv_kept``). (Under a low-bit
-  ``--kv-dropped`` mode the blocks belong to their tokens' ids and go with them: :mod:`.layer_group_lowbit`.)
+  ``--kv-dropped`` mode the blocks belong to their tokens' ids and go with them: :mod:`sglang_pask.kvpool.lowbit`.)
 * ``InvariantChecker._check_full_pool`` (AROUND): the idle leak check counts virtual ids and checks
   every group's slot conservation.
 
@@ -34,16 +34,14 @@ from sglang_pask.config import KV_DROPPED_BITS, PaskConfig
 from sglang_pask.kernels.kv_lowbit import BLOCK_TOKENS
 from sglang_pask.policy import KVPolicy, plan_group_budgets
 from sglang_pask.policy.resolve import build_policy
-from sglang_pask.srt.group_sizing import fixed_group_slots, group_slot_counts, virtual_slot_count
-from sglang_pask.srt.kv_views import KVViewTable, RequestView
-from sglang_pask.srt.layer_group_lowbit import BlockFormat, LowBitStore
+from sglang_pask.kvpool.compression import KVViewTable
+from sglang_pask.kvpool.lowbit import BlockFormat, LowBitStore
+from sglang_pask.kvpool.probe import distortion_report
+from sglang_pask.kvpool.sizing import plan_layout
+from sglang_pask.kvpool.views import RequestView
 from sglang_pask.srt.request_flags import KEPT_FLAG, wants
 from sglang_pask.srt.request_roles import RequestRoles
-from sglang_pask.srt.layer_group_pool import (
-    LayerGroupAllocator,
-    LayerGroupLayout,
-    LayerGroupMHAKVPool,
-)
+from sglang_pask.srt.layer_group_pool import LayerGroupAllocator, LayerGroupMHAKVPool
 
 STATS_ATTRIBUTE = "pask_kv_stats"
 
@@ -172,16 +170,6 @@ def pool_builder(config: PaskConfig):
     return build
 
 
-def plan_layout(physical_slots: int, ranges: list[range], budgets: list[float], prefill_chunk: Optional[int],
-                per_request_minimum: int) -> LayerGroupLayout:
-    """The layout for SGLang's ``physical_slots``-slot pool: each group's slots by its budget for the
-    same bytes (:mod:`.group_sizing`), and the virtual ids they back."""
-    fixed = fixed_group_slots(physical_slots, prefill_chunk, per_request_minimum)
-    slots = group_slot_counts(physical_slots, budgets, [len(r) for r in ranges], fixed)
-    return LayerGroupLayout(ranges=tuple(ranges), physical_slots=physical_slots, group_slots=tuple(slots),
-                            virtual_slots=virtual_slot_count(slots, budgets))
-
-
 def _prefill_chunk() -> Optional[int]:
     """The server's ``--chunked-prefill-size`` (None when chunked prefill is off)."""
     from sglang.srt.runtime_context import get_schedule
@@ -284,8 +272,9 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
                     stats["lowbit_block_places"] = block_places
             if request.prefill is not None:
                 stats["structkv"] = request.prefill
-            if request.probe is not None and request.probe.distortion_budget is not None:
-                stats["distortion"] = [total / max(count, 1) for total, count in request.distortion]
+            distortion = distortion_report(request)
+            if distortion is not None:
+                stats["distortion"] = distortion
             setattr(req, STATS_ATTRIBUTE, stats)
     return result
 

@@ -13,7 +13,7 @@ read, gathered after the kernel (:meth:`~.layer_group_reads.LayerGroupReads._obs
 torch_native backend. With nothing dropped (budget 1.0) the lists are stock SGLang's slots in
 position order, so the kernels compute exactly what they compute in stock SGLang.
 
-Under StructKV (a :class:`~.structkv_pass.StructKVPass` on the extend batch, :mod:`.structkv_model`)
+Under StructKV (a :class:`~sglang_pask.structkv.forward_pass.StructKVPass` on the extend batch, :mod:`.structkv_model`)
 each layer runs SGLang's extend kernel on the pass's current rows: ``qo_indptr`` and
 ``max_extend_len`` count the rows each request computes now, ``out_cache_loc`` is theirs (a layer
 writes K/V only for them), and ``kv_indices`` stays the cached prefix. So a layer after a request's
@@ -41,7 +41,7 @@ from sglang.srt.layers.attention.triton_backend import (
 
 from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
 from sglang_pask.srt.layer_group_reads import LayerGroupReads, refuse_unsupported_layer
-from sglang_pask.srt.structkv_pass import PASS_ATTRIBUTE, StructKVPass
+from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass
 
 
 class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
@@ -130,8 +130,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
             self.forward_metadata = self._stock_metadata
             forward_batch.out_cache_loc = stock_loc
         score = self._scores_needed(prune, is_extend)
-        observed = prune is not None or score \
-            or any(self._probe_wants_distortion(row, is_extend) for row, _, _, _ in self._batch)
+        observed = prune is not None or score or (is_extend and bool(self._distortion_probes))
         if observed:
             self._observe_layer(q, layer, group, is_extend, score, prune)
         self._end_layer(layer, is_extend, prune)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from sglang_pask.srt.kv_views import ALL_GROUPS, CalibrationProbe
+from sglang_pask.kvpool.probe import ALL_GROUPS, CalibrationProbe
 from sglang_pask.srt.role_grammar import process_vocab, request_grammar_roles
 from sglang_pask.structure import Role, tag_prompt_ids
 

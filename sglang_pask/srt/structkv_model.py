@@ -3,7 +3,7 @@
 ``Qwen2Model.forward``, ``Qwen3Model.forward`` and ``LlamaModel.forward`` share one shape: embed the
 tokens, start the residual stream, run every decoder layer on ``(positions, hidden_states,
 forward_batch)``, apply the final norm. :func:`structkv_forward` wraps them. For an eligible extend
-batch it runs the same steps itself, with a :class:`~.structkv_pass.StructKVPass` on the batch:
+batch it runs the same steps itself, with a :class:`~sglang_pask.structkv.forward_pass.StructKVPass` on the batch:
 
 1. Every layer runs as in SGLang; the attention backend reports each layer's last-window scores to
    the pass, which folds them into each request's centrality and statistics.
@@ -43,7 +43,7 @@ from sglang_pask.kernels.skeleton_gather import (
     skeleton_scatter_triton,
 )
 from sglang_pask.srt.role_grammar import process_vocab
-from sglang_pask.srt.structkv_pass import PASS_ATTRIBUTE, StructKVPass, StructKVSettings
+from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass, StructKVSettings
 from sglang_pask.structkv import segment_end_table
 
 logger = logging.getLogger(__name__)

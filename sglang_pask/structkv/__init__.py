@@ -19,7 +19,9 @@ runs (the pivot is settled while the layers run), and :func:`.prefill.kv_keep` i
 group.
 
 Modules: :mod:`.centrality`, :mod:`.pivot`, :mod:`.skeleton`, :mod:`.segments` (the skeleton by
-whole sentences and lines), :mod:`.prefill`.
+whole sentences and lines), :mod:`.prefill`; and :mod:`.forward_pass`, the state of one extend pass
+over a batch of prompts that the server's model loop and attention backends share (not imported
+here).
 """
 
 from .centrality import CentralityAccumulator

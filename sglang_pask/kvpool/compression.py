@@ -1,16 +1,10 @@
-"""Per-request views of the KV: which positions each layer group reads, and when to compress them.
+"""The running requests' views, and when and what each layer group drops of them.
 
-Pure torch (no sglang import); the attention backend (:mod:`.layer_group_attention`) drives it.
+Pure torch (no sglang import); the attention backends (:mod:`sglang_pask.srt.attention`) drive it.
 
-A request's *view* in layer group ``g`` is a sorted list of sequence positions: ``kept`` (positions
-below ``upto`` that survived compression) followed by every position from ``upto`` on. Attention in
-the group's layers reads exactly these positions (filtered by what the pool still holds). Only
-*private* positions are candidates for dropping: those at or after ``shared_upto``, the length the
-request had when its last extend pass began (everything before came from, or was published to, the
-radix prefix cache, which other requests may share). Dropping a private position frees its slot in
-that group (``drop``); dropping never touches shared positions.
-
-When a request is compressed:
+:class:`KVViewTable` holds every running request's views (:mod:`.views`), by request-pool row. It
+compresses a request's view of a group (the policy chooses what stays; the others' slots are freed,
+``drop``); dropping never touches shared positions (before ``shared_upto``):
 
 * at the end of each extend (prefill) pass, in each group after the group's last layer: its fresh
   tokens are candidates, compressed right away (SnapKV after prefill) so that the row holds about
@@ -19,119 +13,24 @@ When a request is compressed:
 * during decode, once the private tokens a group holds exceed their capacity by ``slack`` (so the
   policy runs every ``slack`` steps, not every step).
 
-Scores (for policies that need them) arrive per (layer, request) as the attention the step's queries
-pay to the view's positions, summed over heads and the group's layers. Windowed policies (SnapKV)
-score with the last ``score_window`` queries (the observation window); others (H2O) with every query
-since the last call.
+The policy's scores reach the views through :meth:`KVViewTable.add_scores` (:mod:`.scores`). Rows
+whose request carries a calibration probe are in :attr:`KVViewTable.probes` and handled by
+:mod:`.probe`; without one, nothing here looks at probes.
 """
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 from torch import Tensor
 
+from sglang_pask.kvpool import probe as probes
+from sglang_pask.kvpool.probe import CalibrationProbe, ProbeFn
+from sglang_pask.kvpool.scores import add_layer_scores, fold_scores
+from sglang_pask.kvpool.views import DropFn, GroupView, HoldsFn, RequestView, RolesFn
 from sglang_pask.policy import KVPolicy, capacity, extend_capacity
 from sglang_pask.structure import Role
-
-# A function that frees group ``g``'s slots of some positions of a request row: (row, group, positions).
-DropFn = Callable[[int, int, Tensor], None]
-# A function that gives the roles of some positions of a request row: (row, positions) -> roles.
-RolesFn = Callable[[int, Tensor], Tensor]
-# A function that says which positions of a request row group ``g`` holds at full precision:
-# (row, group, positions) -> bool mask.
-HoldsFn = Callable[[int, int, Tensor], Tensor]
-
-
-# CalibrationProbe.drop_group of a probe that drops its role in every layer group.
-ALL_GROUPS = -1
-
-
-@dataclass(frozen=True)
-class CalibrationProbe:
-    """What a calibration request asks of the views (``python -m sglang_pask.calibrate``).
-
-    Attributes
-    ----------
-    drop_group, drop_role : int or None
-        Drop every private token of this role in this layer group (every group if ``drop_group``
-        is :data:`ALL_GROUPS`), keep everything else.
-    distortion_budget : float or None
-        Measure, per layer group, the attention-output distortion of keeping this budget's
-        score-ordered subset of the prompt (the prompt's last ``score_window`` queries; nothing is
-        dropped).
-    """
-
-    drop_group: Optional[int] = None
-    drop_role: Optional[int] = None
-    distortion_budget: Optional[float] = None
-
-
-# A function that gives a row's calibration probe, if its request carries one.
-ProbeFn = Callable[[int], Optional[CalibrationProbe]]
-
-
-@dataclass
-class GroupView:
-    """One request's view in one layer group.
-
-    Attributes
-    ----------
-    kept : Tensor or None
-        ``(k,)`` int64 sorted positions below :attr:`upto` still read; None means all of them.
-    upto : int
-        Every position from here on is read.
-    scores : Tensor or None
-        ``(m,)`` float32 running scores by position (``policy.accumulate_scores``).
-    recent : deque[tuple[int, Tensor]]
-        The latest steps' ``(num_queries, (len,) scores)``, covering the last ``window`` queries.
-    pending : Tensor or None
-        The current step's scores summed over the group's layers so far.
-    pending_queries : int
-        Queries in the current step.
-    """
-
-    kept: Optional[Tensor] = None
-    upto: int = 0
-    scores: Optional[Tensor] = None
-    recent: deque = field(default_factory=deque)
-    pending: Optional[Tensor] = None
-    pending_queries: int = 0
-
-    def positions(self, seq_len: int, device: torch.device) -> Tensor:
-        """``(k + seq_len - upto,)`` int64: the positions attention reads, ascending."""
-        tail = torch.arange(self.upto, seq_len, dtype=torch.int64, device=device)
-        if self.kept is None:
-            return torch.arange(0, seq_len, dtype=torch.int64, device=device)
-        return torch.cat((self.kept, tail))
-
-
-@dataclass
-class RequestView:
-    """A request's views in every layer group, and where its private tokens begin."""
-
-    groups: list[GroupView]
-    shared_upto: int
-    seq_len: int = 0
-    probe: Optional[CalibrationProbe] = None
-    # Per group: [sum of relative errors, layers measured] (probe.distortion_budget).
-    distortion: list[list[float]] = field(default_factory=list)
-    # StructKV's report of the request's last pruned extend pass (StructKVPass.report), if any.
-    prefill: Optional[dict] = None
-
-
-def _add_padded(a: Optional[Tensor], b: Tensor) -> Tensor:
-    """``a + b`` for position-indexed vectors of possibly different lengths (missing entries are 0)."""
-    if a is None:
-        return b.clone()
-    if a.numel() < b.numel():
-        a, b = b.clone(), a
-    a[: b.numel()] += b
-    return a
 
 
 class KVViewTable:
@@ -194,6 +93,8 @@ class KVViewTable:
         self.dropped_block = dropped_block
         self.decode_block = decode_block
         self.views: dict[int, RequestView] = {}
+        # Rows whose request carries a calibration probe (empty unless calibration is running).
+        self.probes: dict[int, CalibrationProbe] = {}
         self.peak_requests = 0
         self.compresses = any(b < 1.0 for b in self.group_budgets)
 
@@ -215,15 +116,20 @@ class KVViewTable:
         """The row's view, created for a new request whose first ``prefix_len`` tokens are shared."""
         found = self.views.get(row)
         if found is None:
-            found = RequestView([GroupView() for _ in self.group_budgets], shared_upto=prefix_len,
-                                probe=self.probe_of(row) if self.probe_of is not None else None,
-                                distortion=[[0.0, 0] for _ in self.group_budgets])
+            found = RequestView([GroupView() for _ in self.group_budgets], shared_upto=prefix_len)
+            probe = self.probe_of(row) if self.probe_of is not None else None
+            if probe is not None:
+                found.probe = probe
+                found.distortion = [[0.0, 0] for _ in self.group_budgets]
+                self.probes[row] = probe
             self.views[row] = found
             self.peak_requests = max(self.peak_requests, len(self.views))
         return found
 
     def release(self, row: int) -> Optional[RequestView]:
         """Forget a row (its request left the pool); returns its last view, if any."""
+        if self.probes:
+            self.probes.pop(row, None)
         return self.views.pop(row, None)
 
     def add_scores(self, row: int, group: int, positions: Tensor, scores: Tensor, num_queries: int) -> None:
@@ -238,12 +144,7 @@ class KVViewTable:
         num_queries : int
             Queries behind ``scores``.
         """
-        view = self.views[row].groups[group]
-        length = int(positions[-1]) + 1 if positions.numel() else 0
-        dense = torch.zeros(length, dtype=torch.float32, device=scores.device)
-        dense.index_add_(0, positions, scores.float())
-        view.pending = _add_padded(view.pending, dense)
-        view.pending_queries = num_queries
+        add_layer_scores(self.views[row].groups[group], positions, scores, num_queries)
 
     def finish_group(self, row: int, group: int, seq_len: int, is_extend: bool) -> None:
         """The group's last layer ran for this step: fold in its scores and compress if due.
@@ -262,12 +163,11 @@ class KVViewTable:
         request = self.views[row]
         view = request.groups[group]
         self._fold_scores(view)
-        probe = request.probe
-        if probe is not None and probe.drop_group is not None:
-            # As the server would: under --kv-decode keep, decode drops no generated token.
-            if probe.drop_group in (group, ALL_GROUPS) and (is_extend or self.compress_decode):
-                self._drop_role(row, group, seq_len, probe.drop_role)
-            return
+        if self.probes:
+            probe = self.probes.get(row)
+            if probe is not None and probe.drop_group is not None:
+                probes.finish_group(self, row, group, seq_len, is_extend, probe)
+                return
         if not self.compresses:
             return
         if not is_extend and self.decode_block is not None:
@@ -359,25 +259,6 @@ class KVViewTable:
         view.kept = torch.cat((held[held < request.shared_upto], private[kept]))
         view.upto = seq_len
 
-    def _drop_role(self, row: int, group: int, seq_len: int, role: Optional[int]) -> None:
-        """Calibration: drop the row's private tokens of ``role`` from this group."""
-        request = self.views[row]
-        view = request.groups[group]
-        held = view.positions(seq_len, self.device)
-        private = held[held >= request.shared_upto]
-        roles = self.roles_of(row, private) if self.roles_of is not None else torch.full_like(private, -1)
-        dropped = private[roles == role]
-        if dropped.numel():
-            self.drop(row, group, dropped)
-        view.kept = torch.cat((held[held < request.shared_upto], private[roles != role]))
-        view.upto = seq_len
-
-    def add_distortion(self, row: int, group: int, relative_error: float) -> None:
-        """Record one layer's attention-output distortion for the row's probe."""
-        totals = self.views[row].distortion[group]
-        totals[0] += relative_error
-        totals[1] += 1
-
     def finish_step(self, row: int, seq_len: int, is_extend: bool) -> None:
         """Every group ran: after an extend, everything so far counts as shared (the radix cache
         publishes it)."""
@@ -387,22 +268,4 @@ class KVViewTable:
             request.shared_upto = seq_len
 
     def _fold_scores(self, view: GroupView) -> None:
-        if view.pending is None:
-            return
-        step, queries = view.pending, view.pending_queries
-        view.pending, view.pending_queries = None, 0
-        if self.policy.scores_from_window:
-            view.recent.append((queries, step))
-            window = self.score_window
-            while len(view.recent) > 1 and sum(q for q, _ in view.recent) - view.recent[0][0] >= window:
-                view.recent.popleft()
-            new: Optional[Tensor] = None
-            for _, scores in view.recent:
-                new = _add_padded(new, scores)
-            assert new is not None
-        else:
-            new = step
-        previous = view.scores
-        if previous is not None and previous.numel() > new.numel():
-            new = _add_padded(new, torch.zeros(previous.numel(), device=self.device))
-        view.scores = self.policy.accumulate_scores(previous, new)
+        fold_scores(view, self.policy, self.score_window, self.device)

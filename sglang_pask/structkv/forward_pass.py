@@ -1,8 +1,8 @@
 """StructKV inside one SGLang extend pass: the per-forward state the model loop and attention share.
 
-:mod:`.structkv_model` creates a :class:`StructKVPass` for an eligible extend batch and attaches it to
+:mod:`sglang_pask.srt.structkv_model` creates a :class:`StructKVPass` for an eligible extend batch and attaches it to
 the ``ForwardBatch`` (attribute :data:`PASS_ATTRIBUTE`); the layer-group attention backend
-(:mod:`.layer_group_attention`) reads it in every layer. It holds, for the batch's packed rows:
+(:mod:`sglang_pask.srt.layer_group_reads`) reads it in every layer. It holds, for the batch's packed rows:
 
 - ``rows`` ``(K,)`` int64: the packed rows of the full batch (``T`` rows) the layers compute now, with
   their ``positions`` and ``out_cache_loc`` (the KV slots these rows write); all ``T`` at first;
@@ -14,7 +14,7 @@ The attention backend reports each layer's window scores (:meth:`StructKVPass.ad
 which positions a request's layer may attend (:meth:`StructKVPass.computed`) and, after the model's
 last layer, asks which prompt tokens every layer group keeps (:meth:`StructKVPass.kv_keep`).
 
-Pure torch apart from what SGLang hands in; no model code here.
+Pure torch (no sglang import: the model loop hands SGLang's tensors in); no model code here.
 """
 
 from __future__ import annotations

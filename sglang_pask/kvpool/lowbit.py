@@ -1,6 +1,6 @@
 """``--kv-dropped 2bit|k4v2``: the tokens a layer group drops stay readable at low precision, in the group's own slots.
 
-When a group drops some tokens (:class:`~.kv_views.KVViewTable` via the runtime's drop function),
+When a group drops some tokens (:class:`~sglang_pask.kvpool.compression.KVViewTable` via the runtime's drop function),
 their K and V in each of the group's layers are quantized in blocks of up to 32 tokens (ascending
 positions) in KIVI's layout (:mod:`sglang_pask.kernels.kv_lowbit`: keys per channel, values per
 token), keys and values each at the :class:`BlockFormat`'s width (``2bit``: both at 2 bits;
@@ -17,11 +17,13 @@ Blocks belong to their tokens, not to a request: the store maps each virtual id 
 to its block and place in it, and a block lives while any of its tokens' ids is allocated. So a
 token that reaches the radix prefix cache keeps its low-bit K/V there, and a later request matching
 that prefix reads it; a block's slots go back to the group when the allocator frees the last of its
-ids (:meth:`LowBitStore.forget`, from :meth:`~.layer_group_pool.LayerGroupAllocator.free`).
+ids (:meth:`LowBitStore.forget`, from :meth:`~sglang_pask.srt.layer_group_pool.LayerGroupAllocator.free`).
 
 Attention reads, per request, the full-precision positions of its view and the dequantized low-bit
 tokens of its row (:meth:`LowBitStore.locate`, :meth:`LowBitStore.read`). If the group has no free
 slots for a block, its tokens are dropped outright and counted in :attr:`LowBitStore.unstored_tokens`.
+
+Pure torch (no sglang import): the pool and its allocator are handed in.
 """
 
 from __future__ import annotations
@@ -162,7 +164,7 @@ class LowBitStore:
         The pool whose K/V buffers hold the blocks (``heads``, ``head_dim`` and ``store_dtype`` as
         SGLang set them; K and V head dims must be equal).
     allocator : LayerGroupAllocator
-        Gives and takes back the groups' physical slots (:meth:`~.layer_group_pool.LayerGroupAllocator.alloc_block_slots`).
+        Gives and takes back the groups' physical slots (:meth:`~sglang_pask.srt.layer_group_pool.LayerGroupAllocator.alloc_block_slots`).
 
     Attributes
     ----------

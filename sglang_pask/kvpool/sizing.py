@@ -20,6 +20,9 @@ Then ``sum_g L_g P_g <= L P`` (equal up to the floor of each group), ``P_g >= F`
 and ``P_g = P`` for every group when the budgets are all equal (uniform policies, ``full``) or when
 ``F = P`` (e.g. chunked prefill off: one pass may be as long as the pool).
 
+:func:`plan_layout` puts it together: the :class:`LayerGroupLayout` (each group's layers and slots,
+and the virtual ids they back) that the pool (:mod:`sglang_pask.srt.pool`) is built on.
+
 Pure Python (no torch, no sglang).
 """
 
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Optional
 
 # Requests whose fixed per-group minimum (window + reserved tokens + decode slack) the fixed part
@@ -110,3 +114,62 @@ def virtual_slot_count(group_slots: Sequence[int], budgets: Sequence[float]) -> 
     if min(budgets) >= 1.0:
         return min(group_slots)
     return math.ceil(2 * min(p / b for p, b in zip(group_slots, budgets)) - 1e-9)
+
+
+@dataclass(frozen=True)
+class LayerGroupLayout:
+    """Which layers form which group, and the slot counts.
+
+    Attributes
+    ----------
+    ranges : tuple[range, ...]
+        Each group's layers, lowest first; together they cover ``0 .. num_layers - 1``.
+    physical_slots : int
+        ``P``: the slots SGLang sized its pool to (every layer's buffer in stock SGLang).
+    group_slots : tuple[int, ...]
+        ``(num_groups,)`` ``P_g``: each group's physical slots (:func:`group_slot_counts`); all ``P`` when
+        the groups' budgets are equal.
+    virtual_slots : int
+        ``V >= max_g P_g``: token ids SGLang's scheduler may hand out.
+    """
+
+    ranges: tuple[range, ...]
+    physical_slots: int
+    group_slots: tuple[int, ...]
+    virtual_slots: int
+
+    def __post_init__(self) -> None:
+        if len(self.group_slots) != len(self.ranges) or not self.ranges:
+            raise ValueError(f"{len(self.group_slots)} slot counts for {len(self.ranges)} layer groups")
+        if min(self.group_slots) < 1:
+            raise ValueError(f"every layer group needs at least one slot, got {list(self.group_slots)}")
+        if self.virtual_slots < max(self.group_slots):
+            raise ValueError(f"{self.virtual_slots} virtual ids cannot address {max(self.group_slots)} slots")
+
+    @property
+    def num_groups(self) -> int:
+        return len(self.ranges)
+
+    @property
+    def equal_groups(self) -> bool:
+        """Whether every group has SGLang's ``P`` slots (then every buffer is stock SGLang's)."""
+        return all(slots == self.physical_slots for slots in self.group_slots)
+
+    def group_of_layer(self) -> list[int]:
+        """``(num_layers,)``: the group of each layer."""
+        return [g for g, layers in enumerate(self.ranges) for _ in layers]
+
+    def last_layers(self) -> list[int]:
+        """``(num_groups,)``: the last layer of each group."""
+        return [layers[-1] for layers in self.ranges]
+
+
+def plan_layout(physical_slots: int, ranges: list[range], budgets: list[float], prefill_chunk: Optional[int],
+                per_request_minimum: int) -> LayerGroupLayout:
+    """The layout for SGLang's ``physical_slots``-slot pool: each group's slots by its budget for the
+    same bytes (:func:`fixed_group_slots`, :func:`group_slot_counts`), and the virtual ids they back
+    (:func:`virtual_slot_count`)."""
+    fixed = fixed_group_slots(physical_slots, prefill_chunk, per_request_minimum)
+    slots = group_slot_counts(physical_slots, budgets, [len(r) for r in ranges], fixed)
+    return LayerGroupLayout(ranges=tuple(ranges), physical_slots=physical_slots, group_slots=tuple(slots),
+                            virtual_slots=virtual_slot_count(slots, budgets))
