@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional, Sequence
 from bench.common import run_header
 from bench.long_context import TASKS
 from sglang_pask.cli_paths import output_file
-from sglang_pask.config import DEFAULT_STRUCTKV_WINDOW, STRUCTKV_SELECTIONS
+from sglang_pask.config import STRUCTKV_SELECTIONS, flag_default
 
 
 class WindowScoreRecorder:
@@ -206,8 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048, 4096, 8192],
                         help="prompt lengths in tokens (default: 1024 2048 4096 8192)")
     parser.add_argument("--items", type=int, default=4, help="prompts per task and length (default: 4)")
-    parser.add_argument("--window", type=int, default=DEFAULT_STRUCTKV_WINDOW,
-                        help=f"last-window queries, StructKV's observation window (default: {DEFAULT_STRUCTKV_WINDOW}, "
+    parser.add_argument("--window", type=int, default=flag_default('structkv_window'),
+                        help=f"last-window queries, StructKV's observation window (default: {flag_default('structkv_window')}, "
                              "the server's --structkv-window; the paper uses 8)")
     parser.add_argument("--select", choices=STRUCTKV_SELECTIONS, default="segments",
                         help="the selection layer_key_tokens and retrieval_onset use, as the server's --structkv-select "

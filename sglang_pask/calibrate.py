@@ -66,7 +66,7 @@ from typing import Any, Optional, Sequence
 
 from sglang_pask.bfcl.constraints import CONSTRAINTS
 from sglang_pask.cli_paths import output_file
-from sglang_pask.config import DEFAULT_KV_WINDOW, POLICY_DECODE_MODES, LayerGroupSpec
+from sglang_pask.config import POLICY_DECODE_MODES, LayerGroupSpec, flag_default
 
 PROG = "python -m sglang_pask.calibrate"
 # Probe answers may run this many tokens past the item's full-KV answer (see main()).
@@ -193,8 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--kv-layer-groups", default="4", help="layer groups to calibrate (default: 4)")
     parser.add_argument("--budget", type=float, default=0.33,
                         help="total KV budget the distortion is measured at and the floors must fit (default: 0.33)")
-    parser.add_argument("--kv-window", type=int, default=DEFAULT_KV_WINDOW,
-                        help=f"recent window, as the server will use it (default: {DEFAULT_KV_WINDOW})")
+    parser.add_argument("--kv-window", type=int, default=flag_default("kv_window"),
+                        help=f"recent window, as the server will use it (default: {flag_default('kv_window')})")
     parser.add_argument("--limit", type=int, default=None,
                         help="use this many calibration items (spread over the categories; default: all)")
     parser.add_argument("--sensitivity-per-category", type=int, default=None, metavar="K",

@@ -10,7 +10,8 @@ Then, where the user did not decide otherwise:
 * no GPU: the CPU engine (``SGLANG_USE_CPU_ENGINE=1``, ``--device cpu``, torch_native attention,
   CUDA graphs off, a KV pool sized for a CPU machine, float32 on a CPU without native bf16);
 * an attention backend that reads the layer groups' KV: torch_native or triton (the default on a
-  GPU, with CUDA graphs off); any other is refused (:func:`attention_backend_flags`);
+  GPU, with CUDA graphs off); any other is refused
+  (:func:`sglang_pask.config_rules.attention_backend_flags`);
 * the config is published in the environment for the plugin in every spawned SGLang process.
 """
 
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import NoReturn, Optional
 
 from sglang_pask.config import ConfigError, PaskConfig, add_cli_args, from_namespace
+from sglang_pask.config_rules import attention_backend_flags, check_kv_plan, structkv_prefill_flags
+from sglang_pask.sglang_argv import flag_value, has_flag
 
 PROG = "python -m sglang_pask.launch_server"
 
@@ -91,19 +94,6 @@ def _fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def _has_flag(argv: list[str], flag: str) -> bool:
-    return any(arg == flag or arg.startswith(flag + "=") for arg in argv)
-
-
-def _flag_value(argv: list[str], flag: str) -> Optional[str]:
-    for index, arg in enumerate(argv):
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-        if arg == flag and index + 1 < len(argv):
-            return argv[index + 1]
-    return None
-
-
 def split_argv(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     """Separate this project's flags from SGLang's and validate them into a PaskConfig.
 
@@ -127,106 +117,6 @@ def _model_config(model_path: str) -> Optional[dict]:
     return config.get("text_config", config)
 
 
-def check_kv_plan(config: PaskConfig, num_layers: int, context_len: int, model_name: str) -> None:
-    """Check the layer groups, the policy (for pask its policy file) and every group's budget against
-    the model, as the scheduler will apply them; raise ConfigError naming the flag and the numbers."""
-    ranges = config.kv_layer_groups.resolve(num_layers)
-    from sglang_pask.policy import PolicyFileError, plan_group_budgets
-    from sglang_pask.policy.resolve import build_policy
-
-    try:
-        policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges, model_name,
-                              config.kv_decode)
-    except PolicyFileError as err:
-        raise ConfigError(f"--pask-policy: {err}") from None
-    try:
-        plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window, context_len)
-    except ValueError as err:
-        raise ConfigError(f"--kv-budget/--kv-window: {err}") from None
-    if config.structkv and config.structkv_pivot != "auto" and not config.structkv_pivot < num_layers - 1:
-        raise ConfigError(
-            f"--structkv-pivot: layer {config.structkv_pivot} leaves no layer to prune; the model has {num_layers} "
-            f"layers, so the pivot must be at most {num_layers - 2}"
-        )
-
-
-def structkv_prefill_flags(config: PaskConfig, sglang_argv: list[str]) -> list[str]:
-    """SGLang flags StructKV needs: one extend per uncached prompt part, so chunked prefill is off
-    (``--chunked-prefill-size -1``) unless the user chose a chunk size, which is refused. The segment
-    skeleton reads the tokenizer's vocabulary through the xgrammar grammar backend, so another
-    ``--grammar-backend`` or ``--skip-tokenizer-init`` is refused with it."""
-    if not config.structkv:
-        return []
-    if config.structkv_select == "segments":
-        backend = _flag_value(sglang_argv, "--grammar-backend")
-        if backend is not None and backend.strip() != "xgrammar":
-            raise ConfigError(f"--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, "
-                              f"got --grammar-backend {backend} (use xgrammar or --structkv-select tokens)")
-        if _has_flag(sglang_argv, "--skip-tokenizer-init"):
-            raise ConfigError("--structkv-select segments: needs the tokenizer, got --skip-tokenizer-init "
-                              "(drop it or use --structkv-select tokens)")
-    chunk = _flag_value(sglang_argv, "--chunked-prefill-size")
-    if chunk is None:
-        return ["--chunked-prefill-size", "-1"]
-    if chunk.strip() != "-1":
-        raise ConfigError(
-            f"--structkv: prunes the whole uncached prompt in one extend and needs chunked prefill off; "
-            f"got --chunked-prefill-size {chunk} (drop it or pass -1)"
-        )
-    return []
-
-
-# Attention backends whose reads go through each layer group's index lists (srt/layer_group_*.py).
-LAYER_GROUP_BACKENDS = ("torch_native", "triton")
-_BACKEND_FLAGS = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
-
-
-def attention_backend_flags(config: PaskConfig, sglang_argv: list[str], gpu: bool) -> list[str]:
-    """SGLang flags for an attention backend that reads the layer groups' KV, or a ConfigError.
-
-    Every backend flag given must name one of :data:`LAYER_GROUP_BACKENDS`; without one, the
-    backend is ``triton`` on a GPU and ``torch_native`` on a CPU (StructKV runs on both). On a GPU,
-    CUDA graphs are turned off (compression runs in Python between layers and the read lists change
-    every step). On a CPU, triton runs only under Triton's interpreter (``TRITON_INTERPRET=1``), which
-    computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``. A low-bit ``--kv-dropped`` mode needs
-    torch_native.
-    """
-    used = []
-    for flag in _BACKEND_FLAGS:
-        value = _flag_value(sglang_argv, flag)
-        if value is None:
-            continue
-        if value not in LAYER_GROUP_BACKENDS:
-            raise ConfigError(
-                f"{flag}: sglang-pask reads each layer group's KV through the "
-                f"{' or '.join(LAYER_GROUP_BACKENDS)} attention backend, got {value!r}")
-        used.append(value)
-    extra: list[str] = []
-    if _flag_value(sglang_argv, "--attention-backend") is None:
-        default = "triton" if gpu else "torch_native"
-        extra += ["--attention-backend", default]
-        used.append(default)
-    if "triton" in used and config.kv_dropped != "drop":
-        raise ConfigError(f"--kv-dropped {config.kv_dropped}: low-bit blocks are read by the torch_native attention "
-                          "backend only; pass --attention-backend torch_native")
-    if "triton" in used:
-        if _has_flag(sglang_argv, "--enable-deterministic-inference"):
-            raise ConfigError("--enable-deterministic-inference: SGLang's deterministic triton kernel reads the fresh "
-                              "tokens by their virtual ids, not the layer groups' slots (use torch_native)")
-        page_size = (_flag_value(sglang_argv, "--page-size") or "1").strip()
-        if page_size != "1":
-            raise ConfigError(f"--page-size: layer groups on the triton backend read one-token pages only, got {page_size}")
-        if not gpu and os.environ.get("TRITON_INTERPRET") != "1":
-            raise ConfigError("--attention-backend triton: without a GPU it runs only under Triton's interpreter; "
-                              "set TRITON_INTERPRET=1 (slow, for tests)")
-        if not gpu and (_flag_value(sglang_argv, "--dtype") or "auto") != "float32":
-            raise ConfigError("--attention-backend triton: Triton's interpreter on a CPU computes bf16/fp16 attention "
-                              "wrongly; pass --dtype float32")
-    if gpu and not _has_flag(sglang_argv, "--disable-cuda-graph"):
-        extra.append("--disable-cuda-graph")
-    return extra
-
-
 def _gpu_available() -> bool:
     import torch
 
@@ -247,10 +137,10 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     if not gpu:
         os.environ["SGLANG_USE_CPU_ENGINE"] = "1"
         for flag, defaults in cpu_defaults():
-            if not _has_flag(sglang_argv, flag):
+            if not has_flag(sglang_argv, flag):
                 sglang_argv += list(defaults)
-        unchunked = (_flag_value(sglang_argv, "--chunked-prefill-size") or "").strip() == "-1"
-        if unchunked and not _has_flag(sglang_argv, "--mem-fraction-static"):
+        unchunked = (flag_value(sglang_argv, "--chunked-prefill-size") or "").strip() == "-1"
+        if unchunked and not has_flag(sglang_argv, "--mem-fraction-static"):
             # Without chunked prefill SGLang reserves activation memory for --max-prefill-tokens
             # (16K tokens x 1.5 MB by default), more than a CPU host has; the KV pool's size is
             # --max-total-tokens here anyway.
@@ -259,7 +149,7 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         sglang_argv += attention_backend_flags(config, sglang_argv, gpu)
     except ConfigError as err:
         _fail(str(err))
-    model_path = _flag_value(sglang_argv, "--model-path") or _flag_value(sglang_argv, "--model")
+    model_path = flag_value(sglang_argv, "--model-path") or flag_value(sglang_argv, "--model")
     if model_path is None:
         from sglang_pask.default_model import DefaultModelError, ensure_default_model
 
@@ -269,11 +159,11 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
             print(f"{PROG}: error: {err}", file=sys.stderr)
             raise SystemExit(1) from None
         sglang_argv += ["--model-path", model_path]
-        if not _has_flag(sglang_argv, "--tool-call-parser"):
+        if not has_flag(sglang_argv, "--tool-call-parser"):
             sglang_argv += ["--tool-call-parser", DEFAULT_MODEL_TOOL_PARSER]
     model_config = _model_config(model_path)
     if model_config is not None and model_config.get("num_hidden_layers") is not None:
-        context_len = _flag_value(sglang_argv, "--context-length") or model_config.get("max_position_embeddings")
+        context_len = flag_value(sglang_argv, "--context-length") or model_config.get("max_position_embeddings")
         try:
             check_kv_plan(config, int(model_config["num_hidden_layers"]), int(context_len or 2**31),
                           Path(model_path).name)

@@ -96,7 +96,7 @@ def test_structkv_defaults_and_round_trip(monkeypatch):
         ({"structkv_mode": "fastkv"}, "--structkv-mode: unknown mode 'fastkv'"),
         ({"structkv_mode": "gemfilter"}, "--structkv-mode gemfilter needs a fixed --structkv-pivot N"),
         ({"structkv": True, "kv_window": 0}, "--kv-window: StructKV keeps a window of at least 1"),
-        ({"structkv_window": 0}, "--structkv-window: must be at least 1 query, got 0"),
+        ({"structkv_window": 0}, "--structkv-window: must be a whole number of queries >= 1, got 0"),
         ({"structkv_select": "words"}, "--structkv-select: unknown choice 'words'"),
         ({"structkv_kv_score": "pivot"}, "--structkv-kv-score: unknown choice 'pivot'; choose from own, centrality"),
     ],
@@ -112,7 +112,7 @@ def test_score_window_default_round_trip_and_check():
     config = PaskConfig(kv_policy="snapkv", kv_budget=0.5, kv_score_window=16)
     config.publish()
     assert PaskConfig.from_env() == config
-    with pytest.raises(ConfigError, match="--kv-score-window: must be at least 1 query, got 0"):
+    with pytest.raises(ConfigError, match="--kv-score-window: must be a whole number of queries >= 1, got 0"):
         PaskConfig(kv_score_window=0)
 
 
@@ -156,3 +156,103 @@ def test_kv_dropped_default_and_round_trip(monkeypatch):
             monkeypatch.delenv(CONFIG_ENV, raising=False)
             config.publish()
             assert PaskConfig.from_env() == config
+
+
+def test_every_flag_is_one_row_of_the_table():
+    """Each field of PaskConfig is a flag with a spec; argparse, the dict form and the help come from it."""
+    import argparse
+    from dataclasses import fields
+
+    from sglang_pask.config import add_cli_args, flag_name, flag_specs
+
+    specs = dict(flag_specs())
+    assert list(specs) == [f.name for f in fields(PaskConfig)]
+    assert set(PaskConfig().to_dict()) == set(specs)
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    parsed = {action.dest: action for action in parser._actions if action.option_strings}
+    for name, spec in specs.items():
+        action = parsed[name]
+        assert action.option_strings == [flag_name(name)]
+        assert spec.help in action.help.replace("%%", "%")
+        assert action.choices == spec.choices
+
+
+def test_defaults_from_flags_equal_the_config_defaults():
+    import argparse
+
+    from sglang_pask.config import add_cli_args, from_namespace
+
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    assert from_namespace(parser.parse_args([])) == PaskConfig()
+    assert from_namespace(parser.parse_args(["--structkv"])) == PaskConfig(structkv=True)
+
+
+def test_flags_needing_structkv_are_refused_without_it():
+    import argparse
+
+    from sglang_pask.config import add_cli_args, flag_name, flag_specs, from_namespace
+
+    parser = argparse.ArgumentParser()
+    add_cli_args(parser)
+    samples = {"structkv_min_prompt": "1", "structkv_prefill_ratio": "0.5", "structkv_kv_ratio": "0.5",
+               "structkv_pivot": "auto", "structkv_mode": "structkv", "structkv_window": "8",
+               "structkv_select": "tokens", "structkv_kv_score": "own"}
+    assert [name for name, spec in flag_specs() if spec.needs == "structkv"] == list(samples)
+    for name, value in samples.items():
+        with pytest.raises(ConfigError, match=re.escape(f"{flag_name(name)} needs --structkv")):
+            from_namespace(parser.parse_args([flag_name(name), value]))
+
+
+def test_policy_args_are_typed_by_the_policy_and_round_trip(monkeypatch):
+    from sglang_pask.config import parse_policy_args
+    from sglang_pask.policy import policy_options, settable_options
+
+    assert settable_options("streaming-llm") == {"num_sinks": 4}
+    assert settable_options("pyramidkv") == {"kernel_size": 7, "beta": 20.0}
+    assert settable_options("pask") == {"kernel_size": 7}
+    assert settable_options("h2o") == {} and settable_options("full") == {}
+    pairs = parse_policy_args("kernel_size=5, beta=4")
+    assert pairs == (("kernel_size", "5"), ("beta", "4"))
+    assert policy_options("pyramidkv", pairs) == {"kernel_size": 5, "beta": 4.0}
+    config = PaskConfig(kv_policy="pyramidkv", kv_budget=0.3, kv_policy_args=pairs)
+    monkeypatch.delenv(CONFIG_ENV, raising=False)
+    config.publish()
+    assert json.loads(__import__("os").environ[CONFIG_ENV])["kv_policy_args"] == "kernel_size=5,beta=4"
+    assert PaskConfig.from_env() == config
+
+
+@pytest.mark.parametrize(
+    "policy, text, message",
+    [
+        ("streaming-llm", "sinks=8", "policy 'streaming-llm' has no option 'sinks'; its options: num_sinks"),
+        ("h2o", "num_sinks=2", "policy 'h2o' has no option 'num_sinks'; its options: none"),
+        ("pask", "table=x", "policy 'pask' has no option 'table'; its options: kernel_size"),
+        ("snapkv", "kernel_size=seven", "kernel_size must be a whole number, got 'seven'"),
+        ("pyramidkv", "beta=0.5", "pyramidkv: beta must be at least 1, got 0.5"),
+        ("streaming-llm", "num_sinks=-1", "streaming-llm: num_sinks must be non-negative, got -1"),
+    ],
+)
+def test_bad_policy_args_name_the_key(policy, text, message):
+    from sglang_pask.config import parse_policy_args
+
+    with pytest.raises(ConfigError) as err:
+        PaskConfig(kv_policy=policy, kv_budget=0.3, kv_policy_args=parse_policy_args(text))
+    assert str(err.value) == f"--kv-policy-args {text}: {message}"
+
+
+@pytest.mark.parametrize("text, message", [("k", "expected KEY=VALUE"), ("a=1,a=2", "a given more than once"),
+                                           ("a=1,,b=2", "expected KEY=VALUE")])
+def test_malformed_policy_args_are_refused(text, message):
+    from sglang_pask.config import parse_policy_args
+
+    with pytest.raises(ValueError, match=message):
+        parse_policy_args(text)
+
+
+def test_structkv_min_prompt_default_and_check():
+    assert PaskConfig(structkv=True).structkv_min_prompt == 4096
+    assert PaskConfig(structkv=True, structkv_min_prompt=0).structkv_min_prompt == 0
+    with pytest.raises(ConfigError, match=re.escape("--structkv-min-prompt: must be a whole number of tokens >= 0")):
+        PaskConfig(structkv=True, structkv_min_prompt=-5)

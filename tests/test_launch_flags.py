@@ -21,13 +21,13 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--kv-budget", "1.5"], "argument --kv-budget: must be in (0, 1], got 1.5"),
         (["--kv-budget", "0"], "argument --kv-budget: must be in (0, 1], got 0"),
         (["--kv-budget=-0.2"], "argument --kv-budget: must be in (0, 1], got -0.2"),
-        (["--kv-budget", "half"], "argument --kv-budget: must be a number in (0, 1], got 'half'"),
+        (["--kv-budget", "half"], "argument --kv-budget: must be a number, got 'half'"),
         (["--kv-policy", "snapkv-typo"], "argument --kv-policy: invalid choice: 'snapkv-typo'"),
         (["--kv-layer-groups", "0"], "argument --kv-layer-groups: the number of groups must be at least 1"),
         (["--kv-layer-groups", "0-3,5-9"], "argument --kv-layer-groups: ranges must start at layer 0 and be contiguous"),
         (["--kv-layer-groups", "x"], "argument --kv-layer-groups: expected a number of groups"),
-        (["--kv-score-window", "0"], "argument --kv-score-window: must be at least 1, got 0"),
-        (["--kv-score-window", "x"], "argument --kv-score-window: must be a whole number of queries, got 'x'"),
+        (["--kv-score-window", "0"], "argument --kv-score-window: must be a whole number of queries >= 1, got 0"),
+        (["--kv-score-window", "x"], "argument --kv-score-window: must be a whole number, got 'x'"),
         (["--kv-decode", "drop"], "argument --kv-decode: invalid choice: 'drop'"),
         (["--kv-dropped", "1bit"], "argument --kv-dropped: invalid choice: '1bit'"),
         (["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-dropped", "2bit"], "--kv-dropped 2bit needs --kv-decode keep"),
@@ -37,7 +37,7 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--structkv", "--structkv-mode", "nope"], "argument --structkv-mode: invalid choice: 'nope'"),
         (["--structkv", "--structkv-mode", "fixed-pivot"], "--structkv-mode fixed-pivot needs a fixed --structkv-pivot N"),
         (["--structkv", "--chunked-prefill-size", "512"], "needs chunked prefill off; got --chunked-prefill-size 512"),
-        (["--structkv", "--structkv-window", "0"], "argument --structkv-window: must be at least 1, got 0"),
+        (["--structkv", "--structkv-window", "0"], "argument --structkv-window: must be a whole number of queries >= 1, got 0"),
         (["--structkv", "--structkv-select", "words"], "argument --structkv-select: invalid choice: 'words'"),
         (["--structkv-select", "tokens"], "error: --structkv-select needs --structkv"),
         (["--structkv", "--structkv-kv-score", "max"], "argument --structkv-kv-score: invalid choice: 'max'"),
@@ -45,6 +45,14 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--structkv", "--grammar-backend", "outlines"],
          "--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, got --grammar-backend outlines"),
         (["--structkv", "--skip-tokenizer-init"], "--structkv-select segments: needs the tokenizer"),
+        (["--kv-policy", "streaming-llm", "--kv-policy-args", "sinks=8"],
+         "--kv-policy-args sinks=8: policy 'streaming-llm' has no option 'sinks'; its options: num_sinks"),
+        (["--kv-policy", "snapkv", "--kv-policy-args", "kernel_size=4"],
+         "--kv-policy-args kernel_size=4: snapkv: kernel_size must be a positive odd number, got 4"),
+        (["--kv-policy-args", "kernel_size"], "argument --kv-policy-args: expected KEY=VALUE[,KEY=VALUE...], got 'kernel_size'"),
+        (["--structkv-min-prompt", "1024"], "error: --structkv-min-prompt needs --structkv"),
+        (["--structkv", "--structkv-min-prompt", "-1"],
+         "argument --structkv-min-prompt: must be a whole number of tokens >= 0, got -1"),
     ],
 )
 def test_invalid_value_exits_2_with_one_line_naming_the_flag(args, message):
@@ -80,9 +88,11 @@ def test_unknown_flag_is_rejected_by_sglang_parser(tiny_model_dir):
 def test_help_lists_sglang_and_own_flags():
     result = run_launcher("--help")
     assert result.returncode == 0
-    for flag in ("--model-path", "--attention-backend", "--kv-policy", "--kv-budget", "--kv-layer-groups",
-                 "--structkv", "--structkv-prefill-ratio", "--structkv-kv-ratio", "--structkv-pivot", "--structkv-mode",
-                 "--structkv-window", "--structkv-select", "--structkv-kv-score"):
+    from sglang_pask.config import flag_name, flag_specs
+
+    own = [flag_name(name) for name, _ in flag_specs()]
+    assert {"--kv-policy-args", "--structkv-min-prompt"} <= set(own)
+    for flag in ("--model-path", "--attention-backend", *own):
         assert flag in result.stdout
     assert "sglang-pask" in result.stdout
 
@@ -128,12 +138,13 @@ def test_native_bf16_is_read_from_the_cpu_flags(cpuinfo, native):
 
 
 def test_a_cpu_without_native_bf16_serves_in_float32_unless_a_dtype_is_given(tiny_model_dir):
-    from sglang_pask.launch_server import _flag_value, cpu_has_native_bf16
+    from sglang_pask.launch_server import cpu_has_native_bf16
+    from sglang_pask.sglang_argv import flag_value
 
     expected = None if cpu_has_native_bf16() else "float32"
-    assert _flag_value(cpu_prepared_argv(tiny_model_dir, []), "--dtype") == expected
+    assert flag_value(cpu_prepared_argv(tiny_model_dir, []), "--dtype") == expected
     given = cpu_prepared_argv(tiny_model_dir, ["--dtype", "bfloat16"])
-    assert given.count("--dtype") == 1 and _flag_value(given, "--dtype") == "bfloat16"
+    assert given.count("--dtype") == 1 and flag_value(given, "--dtype") == "bfloat16"
 
 
 @pytest.mark.parametrize(
@@ -146,9 +157,9 @@ def test_a_cpu_without_native_bf16_serves_in_float32_unless_a_dtype_is_given(tin
     ],
 )
 def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_model_dir, args, expected):
-    from sglang_pask.launch_server import _flag_value
+    from sglang_pask.sglang_argv import flag_value
 
-    assert _flag_value(cpu_prepared_argv(tiny_model_dir, args), "--mem-fraction-static") == expected
+    assert flag_value(cpu_prepared_argv(tiny_model_dir, args), "--mem-fraction-static") == expected
 
 
 @pytest.mark.parametrize(
@@ -168,7 +179,8 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
 )
 def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, env, message, monkeypatch):
     from sglang_pask.config import ConfigError
-    from sglang_pask.launch_server import attention_backend_flags, split_argv
+    from sglang_pask.config_rules import attention_backend_flags
+    from sglang_pask.launch_server import split_argv
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     for key, value in env.items():
@@ -179,7 +191,8 @@ def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, e
 
 
 def test_attention_backend_defaults_triton_without_cuda_graphs_on_a_gpu_torch_native_on_a_cpu(monkeypatch):
-    from sglang_pask.launch_server import attention_backend_flags, split_argv
+    from sglang_pask.config_rules import attention_backend_flags
+    from sglang_pask.launch_server import split_argv
 
     config, sglang_argv = split_argv(["--kv-policy", "snapkv", "--kv-budget", "0.33"])
     assert attention_backend_flags(config, sglang_argv, gpu=True) == [

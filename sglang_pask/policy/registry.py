@@ -7,7 +7,7 @@ Each policy module registers its class with :func:`register_policy`; importing
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import fields, is_dataclass
+from dataclasses import MISSING, fields, is_dataclass
 from typing import Any, TypeVar
 
 from .base import KVPolicy
@@ -67,3 +67,55 @@ def get_policy(name: str, **options: Any) -> KVPolicy:
             f"its options: {', '.join(known) if known else 'none'}"
         )
     return cls(**options)
+
+
+# The option types a policy can take from the command line (``--kv-policy-args``).
+_SETTABLE_TYPES = (bool, int, float, str)
+
+
+def settable_options(name: str) -> dict[str, Any]:
+    """The options of policy ``name`` that ``--kv-policy-args`` may set, with their defaults: its
+    dataclass fields whose default is a bool, int, float or str (not, e.g., PASK's calibrated table).
+
+    Raises
+    ------
+    ValueError
+        If ``name`` is unknown.
+    """
+    if name not in _POLICIES:
+        raise ValueError(f"unknown KV policy {name!r}; known: {', '.join(available_policies())}")
+    return {f.name: f.default for f in fields(_POLICIES[name])  # type: ignore[arg-type]
+            if f.init and f.default is not MISSING and type(f.default) in _SETTABLE_TYPES}
+
+
+def policy_options(name: str, pairs: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """``--kv-policy-args`` text pairs as typed options of policy ``name``, checked by building it.
+
+    Each value is read as the type of the option's default (``true``/``false`` for a bool).
+
+    Raises
+    ------
+    ValueError
+        Naming the key: an option the policy does not have (the message lists those it has), a
+        value of the wrong type, or one the policy itself refuses.
+    """
+    settable = settable_options(name)
+    options: dict[str, Any] = {}
+    for key, text in pairs:
+        if key not in settable:
+            known = ", ".join(sorted(settable)) or "none"
+            raise ValueError(f"policy {name!r} has no option {key!r}; its options: {known}")
+        options[key] = _typed(key, text, type(settable[key]))
+    get_policy(name, **options)
+    return options
+
+
+def _typed(key: str, text: str, kind: type) -> Any:
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise ValueError(f"{key} must be true or false, got {text!r}")
+        return text.lower() == "true"
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{key} must be {'a whole number' if kind is int else 'a number'}, got {text!r}") from None

@@ -7,7 +7,7 @@ from typing import Optional, Sequence
 
 from .base import KVPolicy
 from .pask_file import CALIBRATED_DECODE, PolicyFileError, load_policy_file
-from .registry import get_policy
+from .registry import get_policy, policy_options
 
 # Calibrated PASK policies shipped with the package: ``<model folder name>.json`` for
 # ``--kv-decode compress``, ``<model folder name>.keep.json`` for ``--kv-decode keep``,
@@ -23,17 +23,20 @@ def shipped_policy_file(model_name: str, kv_decode: str = "compress") -> Optiona
 
 
 def build_policy(name: str, pask_policy: Optional[str], num_layers: int, layer_ranges: Sequence[range],
-                 model_name: str, kv_decode: str = "compress") -> KVPolicy:
+                 model_name: str, kv_decode: str = "compress", args: tuple[tuple[str, str], ...] = ()) -> KVPolicy:
     """The policy for ``--kv-policy name`` (and ``--pask-policy``) on the served model, whose
-    ``--kv-decode`` is ``kv_decode``.
+    ``--kv-decode`` is ``kv_decode``, with the ``--kv-policy-args`` pairs ``args`` (typed by
+    :func:`~.registry.policy_options`).
 
     Raises
     ------
     ValueError
-        An unknown policy; for ``pask``, a missing or unfit policy file (:class:`PolicyFileError`).
+        An unknown policy or option; for ``pask``, a missing or unfit policy file
+        (:class:`PolicyFileError`).
     """
+    options = policy_options(name, args)
     if name != "pask":
-        return get_policy(name)
+        return get_policy(name, **options)
     path = Path(pask_policy) if pask_policy is not None else shipped_policy_file(model_name, kv_decode)
     if path is None:
         raise PolicyFileError(
@@ -41,4 +44,5 @@ def build_policy(name: str, pask_policy: Optional[str], num_layers: int, layer_r
             f"with python -m sglang_pask.calibrate --kv-decode {CALIBRATED_DECODE.get(kv_decode, kv_decode)} "
             "and pass it with --pask-policy"
         )
-    return get_policy("pask", table=load_policy_file(path, num_layers, layer_ranges, model_name, kv_decode))
+    table = load_policy_file(path, num_layers, layer_ranges, model_name, kv_decode)
+    return get_policy("pask", table=table, **options)

@@ -1,0 +1,165 @@
+"""Every rule that relates several flags, each with its message (a :class:`ConfigError` naming them).
+
+- :func:`check_config`: rules among this project's flags, checked whenever a :class:`PaskConfig` is
+  built (in the launcher and again in every SGLang process).
+- :func:`check_kv_plan`: the flags against the served model (its layers, context length and, for
+  ``pask``, its policy file), in the launcher before the model loads.
+- :func:`structkv_prefill_flags`, :func:`attention_backend_flags`: the flags against SGLang's own,
+  in the launcher; they return the SGLang flags this project needs added.
+
+The rule a single flag's value must meet is in its row of the flag table (:mod:`sglang_pask.config`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from sglang_pask.config import ConfigError, format_policy_args
+from sglang_pask.sglang_argv import flag_value, has_flag
+
+if TYPE_CHECKING:
+    from sglang_pask.config import PaskConfig
+
+#: Attention backends whose reads go through each layer group's index lists.
+LAYER_GROUP_BACKENDS = ("torch_native", "triton")
+_BACKEND_FLAGS = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
+_LOWBIT_DROPPED = ("2bit", "k4v2")
+
+
+def check_config(config: "PaskConfig") -> None:
+    """Raise ConfigError if this project's flags break a rule between them."""
+    if config.pask_policy is not None and config.kv_policy != "pask":
+        raise ConfigError(f"--pask-policy applies to --kv-policy pask only (the policy is {config.kv_policy!r})")
+    if config.kv_decode == "lowbit" and config.kv_dropped not in _LOWBIT_DROPPED:
+        raise ConfigError(f"--kv-decode lowbit stores generated tokens in low-bit blocks: it needs --kv-dropped "
+                          f"2bit or k4v2, got --kv-dropped {config.kv_dropped}")
+    if config.kv_dropped != "drop":
+        _check_lowbit_dropped(config)
+    if config.structkv_mode != "structkv" and config.structkv_pivot == "auto":
+        raise ConfigError(f"--structkv-mode {config.structkv_mode} needs a fixed --structkv-pivot N (a layer index)")
+    if config.structkv and config.kv_window < 1:
+        raise ConfigError("--kv-window: StructKV keeps a window of at least 1 token in every layer group's KV")
+    if config.kv_policy_args:
+        _check_policy_args(config)
+
+
+def _check_lowbit_dropped(config: "PaskConfig") -> None:
+    dropped = config.kv_dropped
+    if config.kv_policy == "full" or config.kv_budget >= 1.0:
+        raise ConfigError(f"--kv-dropped {dropped}: nothing is dropped with --kv-policy {config.kv_policy} "
+                          f"at --kv-budget {config.kv_budget:g}; choose a compressing policy and a budget below 1")
+    if config.kv_decode == "compress":
+        raise ConfigError(f"--kv-dropped {dropped} needs --kv-decode keep or lowbit (a compressing decode "
+                          "step drops a few tokens at a time, too few to fill a low-bit block)")
+    if config.structkv:
+        raise ConfigError(f"--kv-dropped {dropped}: not supported with --structkv")
+
+
+def _check_policy_args(config: "PaskConfig") -> None:
+    """``--kv-policy-args`` against the policy's own fields (imports the policies, hence torch)."""
+    from sglang_pask.policy import policy_options
+
+    try:
+        policy_options(config.kv_policy, config.kv_policy_args)
+    except ValueError as err:
+        raise ConfigError(f"--kv-policy-args {format_policy_args(config.kv_policy_args)}: {err}") from None
+
+
+def check_kv_plan(config: "PaskConfig", num_layers: int, context_len: int, model_name: str) -> None:
+    """Check the layer groups, the policy (for pask its policy file) and every group's budget against
+    the model, as the scheduler will apply them; raise ConfigError naming the flag and the numbers."""
+    ranges = config.kv_layer_groups.resolve(num_layers)
+    from sglang_pask.policy import PolicyFileError, plan_group_budgets
+    from sglang_pask.policy.resolve import build_policy
+
+    try:
+        policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges, model_name,
+                              config.kv_decode, config.kv_policy_args)
+    except PolicyFileError as err:
+        raise ConfigError(f"--pask-policy: {err}") from None
+    try:
+        plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window, context_len)
+    except ValueError as err:
+        raise ConfigError(f"--kv-budget/--kv-window: {err}") from None
+    if config.structkv and config.structkv_pivot != "auto" and not config.structkv_pivot < num_layers - 1:
+        raise ConfigError(
+            f"--structkv-pivot: layer {config.structkv_pivot} leaves no layer to prune; the model has {num_layers} "
+            f"layers, so the pivot must be at most {num_layers - 2}"
+        )
+
+
+def structkv_prefill_flags(config: "PaskConfig", sglang_argv: list[str]) -> list[str]:
+    """SGLang flags StructKV needs: one extend per uncached prompt part, so chunked prefill is off
+    (``--chunked-prefill-size -1``) unless the user chose a chunk size, which is refused. The segment
+    skeleton reads the tokenizer's vocabulary through the xgrammar grammar backend, so another
+    ``--grammar-backend`` or ``--skip-tokenizer-init`` is refused with it."""
+    if not config.structkv:
+        return []
+    if config.structkv_select == "segments":
+        backend = flag_value(sglang_argv, "--grammar-backend")
+        if backend is not None and backend.strip() != "xgrammar":
+            raise ConfigError(f"--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, "
+                              f"got --grammar-backend {backend} (use xgrammar or --structkv-select tokens)")
+        if has_flag(sglang_argv, "--skip-tokenizer-init"):
+            raise ConfigError("--structkv-select segments: needs the tokenizer, got --skip-tokenizer-init "
+                              "(drop it or use --structkv-select tokens)")
+    chunk = flag_value(sglang_argv, "--chunked-prefill-size")
+    if chunk is None:
+        return ["--chunked-prefill-size", "-1"]
+    if chunk.strip() != "-1":
+        raise ConfigError(
+            f"--structkv: prunes the whole uncached prompt in one extend and needs chunked prefill off; "
+            f"got --chunked-prefill-size {chunk} (drop it or pass -1)"
+        )
+    return []
+
+
+def attention_backend_flags(config: "PaskConfig", sglang_argv: list[str], gpu: bool) -> list[str]:
+    """SGLang flags for an attention backend that reads the layer groups' KV, or a ConfigError.
+
+    Every backend flag given must name one of :data:`LAYER_GROUP_BACKENDS`; without one, the
+    backend is ``triton`` on a GPU and ``torch_native`` on a CPU (StructKV runs on both). On a GPU,
+    CUDA graphs are turned off (compression runs in Python between layers and the read lists change
+    every step). On a CPU, triton runs only under Triton's interpreter (``TRITON_INTERPRET=1``), which
+    computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``. A low-bit ``--kv-dropped``
+    mode needs torch_native.
+    """
+    used = []
+    for flag in _BACKEND_FLAGS:
+        value = flag_value(sglang_argv, flag)
+        if value is None:
+            continue
+        if value not in LAYER_GROUP_BACKENDS:
+            raise ConfigError(
+                f"{flag}: sglang-pask reads each layer group's KV through the "
+                f"{' or '.join(LAYER_GROUP_BACKENDS)} attention backend, got {value!r}")
+        used.append(value)
+    extra: list[str] = []
+    if flag_value(sglang_argv, "--attention-backend") is None:
+        default = "triton" if gpu else "torch_native"
+        extra += ["--attention-backend", default]
+        used.append(default)
+    if "triton" in used:
+        _check_triton(config, sglang_argv, gpu)
+    if gpu and not has_flag(sglang_argv, "--disable-cuda-graph"):
+        extra.append("--disable-cuda-graph")
+    return extra
+
+
+def _check_triton(config: "PaskConfig", sglang_argv: list[str], gpu: bool) -> None:
+    if config.kv_dropped != "drop":
+        raise ConfigError(f"--kv-dropped {config.kv_dropped}: low-bit blocks are read by the torch_native attention "
+                          "backend only; pass --attention-backend torch_native")
+    if has_flag(sglang_argv, "--enable-deterministic-inference"):
+        raise ConfigError("--enable-deterministic-inference: SGLang's deterministic triton kernel reads the fresh "
+                          "tokens by their virtual ids, not the layer groups' slots (use torch_native)")
+    page_size = (flag_value(sglang_argv, "--page-size") or "1").strip()
+    if page_size != "1":
+        raise ConfigError(f"--page-size: layer groups on the triton backend read one-token pages only, got {page_size}")
+    if not gpu and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError("--attention-backend triton: without a GPU it runs only under Triton's interpreter; "
+                          "set TRITON_INTERPRET=1 (slow, for tests)")
+    if not gpu and (flag_value(sglang_argv, "--dtype") or "auto") != "float32":
+        raise ConfigError("--attention-backend triton: Triton's interpreter on a CPU computes bf16/fp16 attention "
+                          "wrongly; pass --dtype float32")
