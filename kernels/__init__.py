@@ -8,4 +8,8 @@ Each kernel module sits beside its plain-torch reference and is tested against i
   SnapKV, H2O and StructKV.
 - ``skeleton_gather``: StructKV's prefill pruning: the skeleton rows of a packed extend batch (hidden
   states, residual, positions) gathered for the layers after the pivot, and scattered back.
+- ``kv_lowbit``: low-bit KV blocks in KIVI's layout (keys per channel, values per token, 2 or 4 bits),
+  plain torch: the packing the layer-group pool stores dropped tokens in.
+- ``lowbit_decode_attention``: one decode step's attention over a request's full-precision slots and
+  its low-bit blocks, dequantized in registers, in one online softmax.
 """

@@ -23,6 +23,9 @@ plain torch.
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl
+from triton.runtime.interpreter import InterpretedFunction
 
 from .kv_lowbit import (
     BLOCK_TOKENS,
@@ -31,12 +34,6 @@ from .kv_lowbit import (
     dequantize_value_blocks,
     packed_part_bytes,
 )
-
-try:  # Triton is optional: the torch reference works without it.
-    import triton
-    import triton.language as tl
-except ImportError:  # pragma: no cover - depends on the install
-    triton = None
 
 #: Splits of a long row in stage 1 (SGLang's decode kernel uses 8 by default).
 DEFAULT_SPLITS = 8
@@ -118,147 +115,150 @@ def lowbit_decode_attention_reference(q: torch.Tensor, k_buffer: torch.Tensor, v
     return out
 
 
-if triton is not None:
+@triton.jit
+def _block_byte(offset, slots_base, k_bytes, v_bytes, ROWS: tl.constexpr, ROW_BYTES: tl.constexpr):
+    """The block byte at ``offset`` (any shape of int32 offsets) as int32 in 0..255."""
+    row = offset // ROW_BYTES
+    in_k = row < ROWS
+    slot = tl.load(slots_base + tl.where(in_k, row, row - ROWS)).to(tl.int64)
+    address = slot * ROW_BYTES + offset % ROW_BYTES
+    from_k = tl.load(k_bytes + address, mask=in_k, other=0)
+    from_v = tl.load(v_bytes + address, mask=~in_k, other=0)
+    return tl.where(in_k, from_k, from_v).to(tl.int32)
 
-    @triton.jit
-    def _block_byte(offset, slots_base, k_bytes, v_bytes, ROWS: tl.constexpr, ROW_BYTES: tl.constexpr):
-        """The block byte at ``offset`` (any shape of int32 offsets) as int32 in 0..255."""
-        row = offset // ROW_BYTES
-        in_k = row < ROWS
-        slot = tl.load(slots_base + tl.where(in_k, row, row - ROWS)).to(tl.int64)
-        address = slot * ROW_BYTES + offset % ROW_BYTES
-        from_k = tl.load(k_bytes + address, mask=in_k, other=0)
-        from_v = tl.load(v_bytes + address, mask=~in_k, other=0)
-        return tl.where(in_k, from_k, from_v).to(tl.int32)
+@triton.jit
+def _block_half(offset, slots_base, k_bytes, v_bytes, ROWS: tl.constexpr, ROW_BYTES: tl.constexpr):
+    """The fp16 stored little-endian at block bytes ``offset``, ``offset + 1``, as float32."""
+    low = _block_byte(offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
+    high = _block_byte(offset + 1, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
+    bits = (high * 256 + low).to(tl.int16)
+    return bits.to(tl.float16, bitcast=True).to(tl.float32)
 
-    @triton.jit
-    def _block_half(offset, slots_base, k_bytes, v_bytes, ROWS: tl.constexpr, ROW_BYTES: tl.constexpr):
-        """The fp16 stored little-endian at block bytes ``offset``, ``offset + 1``, as float32."""
-        low = _block_byte(offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
-        high = _block_byte(offset + 1, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
-        bits = (high * 256 + low).to(tl.int16)
-        return bits.to(tl.float16, bitcast=True).to(tl.float32)
+@triton.jit
+def _decode_stage1(q, k_buffer, v_buffer, k_bytes, v_bytes, kv_indptr, kv_indices, block_indptr, block_slots,
+                   block_masks, mid_out, mid_lse, sm_scale,
+                   stride_qb, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh,
+                   GROUP: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+                   BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
+                   KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, ROWS: tl.constexpr,
+                   ROW_BYTES: tl.constexpr, BLOCK_TOKENS: tl.constexpr, GROUP_CHANNELS: tl.constexpr):
+    b = tl.program_id(0)
+    kv_head = tl.program_id(1)
+    split = tl.program_id(2)
+    g = tl.arange(0, BLOCK_G)
+    d = tl.arange(0, HEAD_DIM)
+    head = kv_head * GROUP + g
+    head_ok = g < GROUP
+    query = tl.load(q + b * stride_qb + head[:, None] * stride_qh + d[None, :], mask=head_ok[:, None], other=0.0)
+    best = tl.full((BLOCK_G,), float("-inf"), tl.float32)
+    total = tl.zeros((BLOCK_G,), tl.float32)
+    acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
 
-    @triton.jit
-    def _decode_stage1(q, k_buffer, v_buffer, k_bytes, v_bytes, kv_indptr, kv_indices, block_indptr, block_slots,
-                       block_masks, mid_out, mid_lse, sm_scale,
-                       stride_qb, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh,
-                       GROUP: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                       BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-                       KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, ROWS: tl.constexpr,
-                       ROW_BYTES: tl.constexpr, BLOCK_TOKENS: tl.constexpr, GROUP_CHANNELS: tl.constexpr):
-        b = tl.program_id(0)
-        kv_head = tl.program_id(1)
-        split = tl.program_id(2)
-        g = tl.arange(0, BLOCK_G)
-        d = tl.arange(0, HEAD_DIM)
-        head = kv_head * GROUP + g
-        head_ok = g < GROUP
-        query = tl.load(q + b * stride_qb + head[:, None] * stride_qh + d[None, :], mask=head_ok[:, None], other=0.0)
-        best = tl.full((BLOCK_G,), float("-inf"), tl.float32)
-        total = tl.zeros((BLOCK_G,), tl.float32)
-        acc = tl.zeros((BLOCK_G, HEAD_DIM), tl.float32)
+    # Full-precision tokens: this split's share of the request's slots.
+    start = tl.load(kv_indptr + b)
+    length = tl.load(kv_indptr + b + 1) - start
+    share = tl.cdiv(length, SPLITS)
+    first = split * share
+    stop = tl.minimum(first + share, length)
+    n = tl.arange(0, BLOCK_N)
+    for tile in range(first, stop, BLOCK_N):
+        ok = tile + n < stop
+        slot = tl.load(kv_indices + start + tile + n, mask=ok, other=0).to(tl.int64)
+        keys = tl.load(k_buffer + slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :], mask=ok[:, None],
+                       other=0.0)
+        values = tl.load(v_buffer + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
+                         mask=ok[:, None], other=0.0)
+        logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
+        logits = tl.where(ok[None, :], logits, float("-inf"))
+        new_best = tl.maximum(best, tl.max(logits, axis=1))
+        rescale = tl.exp(best - new_best)
+        weights = tl.exp(logits - new_best[:, None])
+        acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values).to(tl.float32)
+        total = total * rescale + tl.sum(weights, axis=1)
+        best = new_best
 
-        # Full-precision tokens: this split's share of the request's slots.
-        start = tl.load(kv_indptr + b)
-        length = tl.load(kv_indptr + b + 1) - start
-        share = tl.cdiv(length, SPLITS)
-        first = split * share
-        stop = tl.minimum(first + share, length)
-        n = tl.arange(0, BLOCK_N)
-        for tile in range(first, stop, BLOCK_N):
-            ok = tile + n < stop
-            slot = tl.load(kv_indices + start + tile + n, mask=ok, other=0).to(tl.int64)
-            keys = tl.load(k_buffer + slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :], mask=ok[:, None],
-                           other=0.0)
-            values = tl.load(v_buffer + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
-                             mask=ok[:, None], other=0.0)
-            logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
-            logits = tl.where(ok[None, :], logits, float("-inf"))
-            new_best = tl.maximum(best, tl.max(logits, axis=1))
+    # Low-bit blocks: this split's share of the request's blocks, dequantized in registers.
+    block_start = tl.load(block_indptr + b)
+    blocks = tl.load(block_indptr + b + 1) - block_start
+    block_share = tl.cdiv(blocks, SPLITS)
+    block_first = split * block_share
+    block_stop = tl.minimum(block_first + block_share, blocks)
+    t = tl.arange(0, BLOCK_TOKENS)
+    key_codes_per_byte: tl.constexpr = 8 // KEY_BITS
+    value_codes_per_byte: tl.constexpr = 8 // VALUE_BITS
+    key_code_bytes: tl.constexpr = KV_HEADS * HEAD_DIM * BLOCK_TOKENS * KEY_BITS // 8
+    key_part: tl.constexpr = key_code_bytes + 4 * KV_HEADS * HEAD_DIM
+    value_code_bytes: tl.constexpr = BLOCK_TOKENS * KV_HEADS * HEAD_DIM * VALUE_BITS // 8
+    value_groups: tl.constexpr = HEAD_DIM // GROUP_CHANNELS
+    value_params: tl.constexpr = BLOCK_TOKENS * KV_HEADS * value_groups * 2
+    channel = kv_head * HEAD_DIM + d  # (D,): the key groups of this head
+    for index in range(block_first, block_stop):
+        block = block_start + index
+        slots_base = block_slots + block.to(tl.int64) * ROWS
+        places = tl.load(block_masks + block)
+        read = ((places >> t.to(tl.int64)) & 1) != 0
+        # Keys, per channel: codes (heads, head_dim, 32 tokens), then scale and zero (heads, head_dim).
+        key_offset = channel[None, :] * (BLOCK_TOKENS // key_codes_per_byte) + t[:, None] // key_codes_per_byte
+        key_codes = (_block_byte(key_offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
+                     >> ((t[:, None] % key_codes_per_byte) * KEY_BITS)) & ((1 << KEY_BITS) - 1)
+        key_scale = _block_half(key_code_bytes + channel * 2, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
+        key_zero = _block_half(key_code_bytes + 2 * KV_HEADS * HEAD_DIM + channel * 2, slots_base, k_bytes,
+                               v_bytes, ROWS, ROW_BYTES)
+        keys = key_codes.to(tl.float32) * key_scale[None, :] + key_zero[None, :]
+        # Values, per token: codes (32 tokens, heads, head_dim), then scale and zero (32, heads, groups).
+        token_head = t[:, None] * KV_HEADS + kv_head
+        value_offset = key_part + token_head * (HEAD_DIM // value_codes_per_byte) + d[None, :] // value_codes_per_byte
+        value_codes = (_block_byte(value_offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
+                       >> ((d[None, :] % value_codes_per_byte) * VALUE_BITS)) & ((1 << VALUE_BITS) - 1)
+        param = (token_head * value_groups + d[None, :] // GROUP_CHANNELS) * 2
+        value_scale = _block_half(key_part + value_code_bytes + param, slots_base, k_bytes, v_bytes, ROWS,
+                                  ROW_BYTES)
+        value_zero = _block_half(key_part + value_code_bytes + value_params + param, slots_base, k_bytes, v_bytes,
+                                 ROWS, ROW_BYTES)
+        values = (value_codes.to(tl.float32) * value_scale + value_zero).to(query.dtype)
+        logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
+        logits = tl.where(read[None, :], logits, float("-inf"))
+        new_best = tl.maximum(best, tl.max(logits, axis=1))
+        rescale = tl.exp(best - new_best)
+        weights = tl.exp(logits - new_best[:, None])
+        weights = tl.where(read[None, :], weights, 0.0)
+        acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values).to(tl.float32)
+        total = total * rescale + tl.sum(weights, axis=1)
+        best = new_best
+
+    nonempty = total > 0
+    out = acc / tl.where(nonempty, total, 1.0)[:, None]
+    lse = tl.where(nonempty, best + tl.log(tl.where(nonempty, total, 1.0)), float("-inf"))
+    row = (b * (KV_HEADS * GROUP) + head) * SPLITS + split
+    tl.store(mid_out + row[:, None] * HEAD_DIM + d[None, :], out, mask=head_ok[:, None])
+    tl.store(mid_lse + row, lse, mask=head_ok)
+
+@triton.jit
+def _decode_stage2(mid_out, mid_lse, out, stride_ob, stride_oh, Q_HEADS: tl.constexpr,
+                   HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+    b = tl.program_id(0)
+    head = tl.program_id(1)
+    d = tl.arange(0, HEAD_DIM)
+    base = (b * Q_HEADS + head) * SPLITS
+    best = float("-inf")
+    total = 0.0
+    acc = tl.zeros((HEAD_DIM,), tl.float32)
+    for split in range(SPLITS):
+        lse = tl.load(mid_lse + base + split)
+        if lse > float("-inf"):
+            new_best = tl.maximum(best, lse)
             rescale = tl.exp(best - new_best)
-            weights = tl.exp(logits - new_best[:, None])
-            acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values).to(tl.float32)
-            total = total * rescale + tl.sum(weights, axis=1)
+            weight = tl.exp(lse - new_best)
+            acc = acc * rescale + weight * tl.load(mid_out + (base + split) * HEAD_DIM + d)
+            total = total * rescale + weight
             best = new_best
+    result = acc / tl.where(total > 0, total, 1.0)
+    tl.store(out + b * stride_ob + head * stride_oh + d, result.to(out.dtype.element_ty))
 
-        # Low-bit blocks: this split's share of the request's blocks, dequantized in registers.
-        block_start = tl.load(block_indptr + b)
-        blocks = tl.load(block_indptr + b + 1) - block_start
-        block_share = tl.cdiv(blocks, SPLITS)
-        block_first = split * block_share
-        block_stop = tl.minimum(block_first + block_share, blocks)
-        t = tl.arange(0, BLOCK_TOKENS)
-        key_codes_per_byte: tl.constexpr = 8 // KEY_BITS
-        value_codes_per_byte: tl.constexpr = 8 // VALUE_BITS
-        key_code_bytes: tl.constexpr = KV_HEADS * HEAD_DIM * BLOCK_TOKENS * KEY_BITS // 8
-        key_part: tl.constexpr = key_code_bytes + 4 * KV_HEADS * HEAD_DIM
-        value_code_bytes: tl.constexpr = BLOCK_TOKENS * KV_HEADS * HEAD_DIM * VALUE_BITS // 8
-        value_groups: tl.constexpr = HEAD_DIM // GROUP_CHANNELS
-        value_params: tl.constexpr = BLOCK_TOKENS * KV_HEADS * value_groups * 2
-        channel = kv_head * HEAD_DIM + d  # (D,): the key groups of this head
-        for index in range(block_first, block_stop):
-            block = block_start + index
-            slots_base = block_slots + block.to(tl.int64) * ROWS
-            places = tl.load(block_masks + block)
-            read = ((places >> t.to(tl.int64)) & 1) != 0
-            # Keys, per channel: codes (heads, head_dim, 32 tokens), then scale and zero (heads, head_dim).
-            key_offset = channel[None, :] * (BLOCK_TOKENS // key_codes_per_byte) + t[:, None] // key_codes_per_byte
-            key_codes = (_block_byte(key_offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
-                         >> ((t[:, None] % key_codes_per_byte) * KEY_BITS)) & ((1 << KEY_BITS) - 1)
-            key_scale = _block_half(key_code_bytes + channel * 2, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
-            key_zero = _block_half(key_code_bytes + 2 * KV_HEADS * HEAD_DIM + channel * 2, slots_base, k_bytes,
-                                   v_bytes, ROWS, ROW_BYTES)
-            keys = key_codes.to(tl.float32) * key_scale[None, :] + key_zero[None, :]
-            # Values, per token: codes (32 tokens, heads, head_dim), then scale and zero (32, heads, groups).
-            token_head = t[:, None] * KV_HEADS + kv_head
-            value_offset = key_part + token_head * (HEAD_DIM // value_codes_per_byte) + d[None, :] // value_codes_per_byte
-            value_codes = (_block_byte(value_offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
-                           >> ((d[None, :] % value_codes_per_byte) * VALUE_BITS)) & ((1 << VALUE_BITS) - 1)
-            param = (token_head * value_groups + d[None, :] // GROUP_CHANNELS) * 2
-            value_scale = _block_half(key_part + value_code_bytes + param, slots_base, k_bytes, v_bytes, ROWS,
-                                      ROW_BYTES)
-            value_zero = _block_half(key_part + value_code_bytes + value_params + param, slots_base, k_bytes, v_bytes,
-                                     ROWS, ROW_BYTES)
-            values = (value_codes.to(tl.float32) * value_scale + value_zero).to(query.dtype)
-            logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
-            logits = tl.where(read[None, :], logits, float("-inf"))
-            new_best = tl.maximum(best, tl.max(logits, axis=1))
-            rescale = tl.exp(best - new_best)
-            weights = tl.exp(logits - new_best[:, None])
-            weights = tl.where(read[None, :], weights, 0.0)
-            acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values).to(tl.float32)
-            total = total * rescale + tl.sum(weights, axis=1)
-            best = new_best
 
-        nonempty = total > 0
-        out = acc / tl.where(nonempty, total, 1.0)[:, None]
-        lse = tl.where(nonempty, best + tl.log(tl.where(nonempty, total, 1.0)), float("-inf"))
-        row = (b * (KV_HEADS * GROUP) + head) * SPLITS + split
-        tl.store(mid_out + row[:, None] * HEAD_DIM + d[None, :], out, mask=head_ok[:, None])
-        tl.store(mid_lse + row, lse, mask=head_ok)
-
-    @triton.jit
-    def _decode_stage2(mid_out, mid_lse, out, stride_ob, stride_oh, Q_HEADS: tl.constexpr,
-                       HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
-        b = tl.program_id(0)
-        head = tl.program_id(1)
-        d = tl.arange(0, HEAD_DIM)
-        base = (b * Q_HEADS + head) * SPLITS
-        best = float("-inf")
-        total = 0.0
-        acc = tl.zeros((HEAD_DIM,), tl.float32)
-        for split in range(SPLITS):
-            lse = tl.load(mid_lse + base + split)
-            if lse > float("-inf"):
-                new_best = tl.maximum(best, lse)
-                rescale = tl.exp(best - new_best)
-                weight = tl.exp(lse - new_best)
-                acc = acc * rescale + weight * tl.load(mid_out + (base + split) * HEAD_DIM + d)
-                total = total * rescale + weight
-                best = new_best
-        result = acc / tl.where(total > 0, total, 1.0)
-        tl.store(out + b * stride_ob + head * stride_oh + d, result.to(out.dtype.element_ty))
+def runs_interpreted() -> bool:
+    """Whether the kernels were built for Triton's CPU interpreter (``TRITON_INTERPRET=1`` at import)."""
+    return isinstance(_decode_stage1, InterpretedFunction)
 
 
 def lowbit_decode_attention_triton(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
@@ -273,8 +273,6 @@ def lowbit_decode_attention_triton(q: torch.Tensor, k_buffer: torch.Tensor, v_bu
     ``head_dim`` must be a power of two and a multiple of :data:`~.kv_lowbit.GROUP_CHANNELS`; the
     buffers contiguous.
     """
-    if triton is None:
-        raise RuntimeError("triton is not installed")
     batch, q_heads, head_dim = q.shape
     slots, kv_heads, buffer_dim = k_buffer.shape
     if buffer_dim != head_dim or v_buffer.shape != k_buffer.shape:

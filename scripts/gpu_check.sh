@@ -4,12 +4,16 @@
 #   1. the machine: nvidia-smi, the torch / triton versions, the device name;
 #   2. bench/kernel_window_scores.py and bench/kernel_skeleton_gather.py at their default shapes
 #      (up to 32K tokens): compiled Triton against the torch references, timed side by side, and
-#      whether Triton's results agree with them (within tolerance / bit for bit).
+#      whether Triton's results agree with them (within tolerance / bit for bit);
+#   3. bench/kernel_decode_attention.py: one decode layer (Qwen3-4B shapes, batch 64, 4K and 32K
+#      tokens) at full KV through the layer-group kernel, at about 0.33 of the bytes (k4v2, 2bit) and
+#      dropping to 0.33, against SDPA on contiguous KV, each checked against its torch reference.
 # Everything goes to $OUT (the device tool's folder that comes back; ./gpu_check_out without it):
 # env.txt, one .txt (the table) and one .json per benchmark, verdict.txt.
 # Exit status: 0 every Triton result agrees; 1 a result disagrees or a benchmark failed; 3 Triton
 # was not timed (no CUDA device: on a CPU this only checks that the script runs).
-# SHAPES="2x64 1x100" (BATCHxTOKENS) replaces the default shapes, for a dry run.
+# SHAPES="2x64 1x100" (BATCHxTOKENS) replaces the default shapes, for a dry run; without CUDA the
+# decode benchmark then checks tiny shapes under TRITON_INTERPRET=1 (--dry-run).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 OUT="${OUT:-gpu_check_out}"
@@ -27,6 +31,19 @@ print('device', torch.cuda.get_device_name(0) if torch.cuda.is_available() else 
 } > "$OUT/env.txt" 2>&1
 
 status=0
+decode_args=()
+if [ -n "${SHAPES:-}" ] && ! "$PYTHON" -c "import torch, sys; sys.exit(not torch.cuda.is_available())"; then
+    decode_args=(--dry-run)
+fi
+echo "== kernel_decode_attention"
+if ! env ${decode_args[0]:+TRITON_INTERPRET=1} timeout 180 "$PYTHON" bench/kernel_decode_attention.py \
+        ${decode_args[@]+"${decode_args[@]}"} --json "$OUT/kernel_decode_attention.json" \
+        > "$OUT/kernel_decode_attention.txt" 2>&1; then
+    echo "kernel_decode_attention failed (exit status or timeout): see $OUT/kernel_decode_attention.txt"
+    status=1
+fi
+cat "$OUT/kernel_decode_attention.txt"
+
 for bench in kernel_window_scores kernel_skeleton_gather; do
     echo "== $bench"
     if ! timeout 240 "$PYTHON" "bench/$bench.py" ${shapes[@]+"${shapes[@]}"} --json "$OUT/$bench.json" > "$OUT/$bench.txt" 2>&1; then
@@ -41,7 +58,8 @@ import json, sys
 from pathlib import Path
 
 out, status = Path(sys.argv[1]), int(sys.argv[2])
-agree = {"kernel_window_scores": "matches_reference", "kernel_skeleton_gather": "bitwise_equal"}
+agree = {"kernel_window_scores": "matches_reference", "kernel_skeleton_gather": "bitwise_equal",
+         "kernel_decode_attention": "matches_reference"}
 not_timed = False
 for bench, column in agree.items():
     path = out / f"{bench}.json"
@@ -50,15 +68,15 @@ for bench, column in agree.items():
         status = 1
         continue
     record = json.loads(path.read_text())
+    bad = [row for row in record["rows"] if row[column] is False]
+    for row in bad:
+        print(f"  disagrees: {row}")
+    status = status or (1 if bad else 0)
     if record["triton_refused"]:
         print(f"{bench}: {record['triton_refused']}")
         not_timed = True
         continue
-    bad = [row for row in record["rows"] if not row[column]]
     print(f"{bench}: {len(record['rows']) - len(bad)} of {len(record['rows'])} rows agree with torch ({column})")
-    for row in bad:
-        print(f"  disagrees: {row}")
-    status = status or (1 if bad else 0)
 if status == 0 and not_timed:
     status = 3
 print(f"verdict: exit status {status}")

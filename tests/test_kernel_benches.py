@@ -33,7 +33,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     proc = run_gpu_check(out, "2x64 1x100")
     return {"out": out, "proc": proc,
             **{bench: json.loads((out / f"{bench}.json").read_text())
-               for bench in ("kernel_window_scores", "kernel_skeleton_gather")}}
+               for bench in ("kernel_window_scores", "kernel_skeleton_gather", "kernel_decode_attention")}}
 
 
 def check_triton_columns(record: dict[str, Any], columns: tuple[str, ...]) -> None:
@@ -68,6 +68,26 @@ def test_skeleton_gather_bench_gives_a_gather_and_a_scatter_row_per_shape(dry_ru
     check_triton_columns(dry_run["kernel_skeleton_gather"],
                          ("triton_ms", "speedup_vs_reference", "speedup_vs_index", "triton_gbps", "bitwise_equal"))
     assert dry_run["kernel_skeleton_gather"]["meta"]["dim"] == 4096
+
+
+def test_decode_attention_bench_checks_every_configuration_against_the_reference(dry_run):
+    record = dry_run["kernel_decode_attention"]
+    configs = [row["config"] for row in record["rows"]]
+    assert configs == (["contiguous"] if CUDA else []) + ["pergroup_full", "k4v2", "2bit", "drop"]
+    checked = [row for row in record["rows"] if row["config"] != "contiguous"]
+    assert all(row["matches_reference"] is True for row in checked), checked
+    shares = {row["config"]: row["bytes_share"] for row in checked}
+    assert shares["pergroup_full"] == 1.0 and shares["2bit"] < shares["k4v2"] < shares["drop"] < 1.0
+    check_triton_columns_of_decode(record)
+
+
+def check_triton_columns_of_decode(record: dict[str, Any]) -> None:
+    """Without CUDA nothing is timed and the refusal says why; with it, every row is timed."""
+    timed = [row["ms"] is not None for row in record["rows"]]
+    if CUDA:
+        assert record["triton_refused"] is None and all(timed)
+    else:
+        assert "no CUDA device" in record["triton_refused"] and not any(timed)
 
 
 def test_gpu_check_verdict_is_3_without_cuda_and_0_with_agreeing_kernels(dry_run):
