@@ -7,7 +7,7 @@ and without role captures) one token sequence runs through these loops, alternat
 - ``xgr``: xgrammar alone, ``fill_next_token_bitmask`` + ``accept_token`` per token (what SGLang's
   grammar backend does per decoding step);
 - ``both``: the same, then ``RoleTracker.extend`` over the accepted tokens and one read of the roles
-  (the server tags when roles are read, :mod:`sglang_pask.srt.role_grammar`);
+  (the server tags when roles are read, :mod:`sglang_pask.srt.grammar`);
 - ``tag``: ``RoleTracker.extend`` and the read alone (capture-based EBNF tracks need the matcher:
   not run alone).
 

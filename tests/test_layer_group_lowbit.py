@@ -28,10 +28,10 @@ from sglang_pask.kernels.kv_lowbit import (  # noqa: E402
 from sglang_pask.policy import capacity, get_policy  # noqa: E402
 from sglang_pask.kvpool.sizing import virtual_slot_count  # noqa: E402
 from sglang_pask.kvpool.compression import KVViewTable  # noqa: E402
-from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend  # noqa: E402
+from sglang_pask.srt.attention.torch_native import LayerGroupTorchNativeAttnBackend  # noqa: E402
 from sglang_pask.kvpool.lowbit import BlockFormat, LowBitStore  # noqa: E402
 from sglang_pask.kvpool.sizing import LayerGroupLayout  # noqa: E402
-from sglang_pask.srt.layer_group_pool import LayerGroupAllocator, LayerGroupMHAKVPool  # noqa: E402
+from sglang_pask.srt.pool import LayerGroupAllocator, LayerGroupMHAKVPool  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 32, 2
 ROWS, CONTEXT, WINDOW, BUDGET = 4, 160, 4, 0.25

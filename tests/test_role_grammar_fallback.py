@@ -1,6 +1,6 @@
 """Role analysis never refuses a grammar that xgrammar accepted: it falls back to the lexer."""
 
-from sglang_pask.srt import role_grammar
+from sglang_pask.srt import grammar as srt_grammar
 from sglang_pask.structure import RoleGrammar
 
 
@@ -9,10 +9,10 @@ def _is_lexer(grammar: RoleGrammar) -> bool:
 
 
 def test_unreadable_grammars_fall_back_to_the_lexer(vocab):
-    assert _is_lexer(role_grammar.role_grammar_for("json", "{not json", vocab))
+    assert _is_lexer(srt_grammar.role_grammar_for("json", "{not json", vocab))
     unsupported_tag = '{"type": "structural_tag", "format": {"type": "regex", "pattern": "a+"}}'
-    assert _is_lexer(role_grammar.role_grammar_for("structural_tag", unsupported_tag, vocab))
-    assert _is_lexer(role_grammar.role_grammar_for("unknown-kind", "", vocab))
+    assert _is_lexer(srt_grammar.role_grammar_for("structural_tag", unsupported_tag, vocab))
+    assert _is_lexer(srt_grammar.role_grammar_for("unknown-kind", "", vocab))
 
 
 def test_unexpected_analysis_errors_fall_back_too(vocab, monkeypatch):
@@ -24,9 +24,9 @@ def test_unexpected_analysis_errors_fall_back_too(vocab, monkeypatch):
         return real_compile(cls, kind, key_string, vocab, **kwargs)
 
     monkeypatch.setattr(RoleGrammar, "compile", classmethod(broken))
-    assert _is_lexer(role_grammar.role_grammar_for("json", '{"type": "object"}', vocab))
+    assert _is_lexer(srt_grammar.role_grammar_for("json", '{"type": "object"}', vocab))
 
 
 def test_readable_grammars_get_their_own_machine(vocab):
-    assert not _is_lexer(role_grammar.role_grammar_for("json", '{"type": "object"}', vocab))
-    assert not _is_lexer(role_grammar.role_grammar_for("regex", r'\[f\(a=1\)\]', vocab))
+    assert not _is_lexer(srt_grammar.role_grammar_for("json", '{"type": "object"}', vocab))
+    assert not _is_lexer(srt_grammar.role_grammar_for("regex", r'\[f\(a=1\)\]', vocab))

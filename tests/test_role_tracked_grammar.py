@@ -17,9 +17,9 @@ import torch
 import xgrammar
 from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarObject
 
-from sglang_pask.srt import request_roles
-from sglang_pask.srt.role_grammar import RoleTrackedGrammar, request_grammar_roles
-from sglang_pask.srt.role_output import output_role_labels
+from sglang_pask.srt import roles as srt_roles
+from sglang_pask.srt.grammar import RoleTrackedGrammar, request_grammar_roles
+from sglang_pask.srt.output import output_role_labels
 from sglang_pask.structure import RoleGrammar, TokenVocab
 from sglang_pask.structure.roles import LABELS, Role
 
@@ -153,8 +153,8 @@ def test_a_reasoning_models_grammar_roles_stand_after_its_thinking(tok, vocab, c
 
 def test_request_roles_put_a_reasoning_answer_after_the_thinking(tok, vocab, compiler, monkeypatch):
     req, grammar, answer_start = _reasoning_request(tok, vocab, compiler)
-    monkeypatch.setattr(request_roles, "process_vocab", lambda: vocab)
-    table = request_roles.RequestRoles()
+    monkeypatch.setattr(srt_roles, "process_vocab", lambda: vocab)
+    table = srt_roles.RequestRoles()
     table.requests[0] = req
     prompt = len(req.origin_input_ids)
     positions = torch.arange(prompt + len(req.output_ids))

@@ -17,7 +17,7 @@ Blocks belong to their tokens, not to a request: the store maps each virtual id 
 to its block and place in it, and a block lives while any of its tokens' ids is allocated. So a
 token that reaches the radix prefix cache keeps its low-bit K/V there, and a later request matching
 that prefix reads it; a block's slots go back to the group when the allocator frees the last of its
-ids (:meth:`LowBitStore.forget`, from :meth:`~sglang_pask.srt.layer_group_pool.LayerGroupAllocator.free`).
+ids (:meth:`LowBitStore.forget`, from :meth:`~sglang_pask.srt.pool.LayerGroupAllocator.free`).
 
 Attention reads, per request, the full-precision positions of its view and the dequantized low-bit
 tokens of its row (:meth:`LowBitStore.locate`, :meth:`LowBitStore.read`). If the group has no free
@@ -164,7 +164,7 @@ class LowBitStore:
         The pool whose K/V buffers hold the blocks (``heads``, ``head_dim`` and ``store_dtype`` as
         SGLang set them; K and V head dims must be equal).
     allocator : LayerGroupAllocator
-        Gives and takes back the groups' physical slots (:meth:`~sglang_pask.srt.layer_group_pool.LayerGroupAllocator.alloc_block_slots`).
+        Gives and takes back the groups' physical slots (:meth:`~sglang_pask.srt.pool.LayerGroupAllocator.alloc_block_slots`).
 
     Attributes
     ----------

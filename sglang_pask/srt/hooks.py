@@ -29,16 +29,15 @@ _TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
 
 def register(config: PaskConfig) -> None:
     """Register every hook for ``config``; SGLang's load_plugins() applies them afterwards."""
-    from sglang_pask.srt import kv_metrics
-    from sglang_pask.srt.api_contract import contract_error, reject_unservable_prompt
-    from sglang_pask.srt import layer_group_runtime as groups
-    from sglang_pask.srt.kv_stats import KV_STATS_KEY, PaskOutputStreamer
-    from sglang_pask.srt.layer_group_attention import LayerGroupTorchNativeAttnBackend
-    from sglang_pask.srt.layer_group_triton import LayerGroupTritonAttnBackend
-    from sglang_pask.srt.layer_group_admission import reserve_running_requests
-    from sglang_pask.srt.role_grammar import RoleTrackingGrammarBackend
-    from sglang_pask.srt.request_flags import sampling_params_with_flags
-    from sglang_pask.srt.role_output import ROLE_KEYS, drop_absent_fields
+    from sglang_pask.api.kv_stats import KV_STATS_KEY
+    from sglang_pask.srt import configurator, metrics, rows
+    from sglang_pask.srt.admission import reserve_running_requests
+    from sglang_pask.srt.attention.torch_native import LayerGroupTorchNativeAttnBackend
+    from sglang_pask.srt.attention.triton import LayerGroupTritonAttnBackend
+    from sglang_pask.srt.contract import contract_error, reject_unservable_prompt, sampling_params_with_flags
+    from sglang_pask.srt.grammar import RoleTrackingGrammarBackend
+    from sglang_pask.srt.leak_check import check_full_pool
+    from sglang_pask.srt.output import ROLE_KEYS, PaskOutputStreamer, drop_absent_fields
 
     HookRegistry.register(_INTERNAL_STATE, _report_state(config), HookType.AFTER)
     # Structural roles (scheduler): every xgrammar grammar keeps a role track of its request.
@@ -53,20 +52,21 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_flags(sampling_params_with_flags), HookType.AFTER)
     HookRegistry.register(_UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND)
     # Layer-group KV pool (scheduler): pool, allocator, views, attention, leak check.
-    HookRegistry.register(_CONFIGURATOR + "._build_mha_kv_pool", groups.pool_builder(config), HookType.AROUND)
-    HookRegistry.register(_CONFIGURATOR + "._build_token_to_kv_pool_allocator", groups.build_allocator,
+    HookRegistry.register(_CONFIGURATOR + "._build_mha_kv_pool", configurator.pool_builder(config),
                           HookType.AROUND)
-    HookRegistry.register(_CONFIGURATOR + ".configure", groups.virtual_capacity, HookType.AFTER)
-    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free", groups.release_request, HookType.AROUND)
-    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free_rows", groups.release_rows, HookType.AROUND)
-    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".alloc", groups.remember_rows, HookType.AFTER)
-    HookRegistry.register(_INVARIANT_CHECKER + "._check_full_pool", groups.check_full_pool, HookType.AROUND)
+    HookRegistry.register(_CONFIGURATOR + "._build_token_to_kv_pool_allocator", configurator.build_allocator,
+                          HookType.AROUND)
+    HookRegistry.register(_CONFIGURATOR + ".configure", configurator.virtual_capacity, HookType.AFTER)
+    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free", rows.release_request, HookType.AROUND)
+    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free_rows", rows.release_rows, HookType.AROUND)
+    HookRegistry.register(_REQ_TO_TOKEN_POOL + ".alloc", rows.remember_rows, HookType.AFTER)
+    HookRegistry.register(_INVARIANT_CHECKER + "._check_full_pool", check_full_pool, HookType.AROUND)
     HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
     HookRegistry.register(_TRITON_BACKEND, LayerGroupTritonAttnBackend, HookType.REPLACE)
     HookRegistry.register(_PREFILL_ADDER + ".__init__", reserve_running_requests, HookType.AFTER)
     # StructKV (scheduler): the layer loop of Qwen2, Qwen3 and Llama models prunes the prefill.
     if config.structkv:
-        from sglang_pask.srt.structkv_model import MODEL_FORWARDS, structkv_forward
+        from sglang_pask.srt.model_loop import MODEL_FORWARDS, structkv_forward
         from sglang_pask.structkv.forward_pass import StructKVSettings
 
         settings = StructKVSettings.from_flags(config.structkv_mode, config.structkv_pivot,
@@ -76,15 +76,15 @@ def register(config: PaskConfig) -> None:
         for target in MODEL_FORWARDS:
             HookRegistry.register(target, structkv_forward(settings), HookType.AROUND)
     # Prometheus (--enable-metrics): the pool's gauges beside SGLang's.
-    HookRegistry.register(_METRICS_COLLECTOR + ".__init__", kv_metrics.create_gauges, HookType.AFTER)
-    HookRegistry.register(_METRICS_COLLECTOR + ".log_stats", kv_metrics.update_gauges, HookType.AFTER)
+    HookRegistry.register(_METRICS_COLLECTOR + ".__init__", metrics.create_gauges, HookType.AFTER)
+    HookRegistry.register(_METRICS_COLLECTOR + ".log_stats", metrics.update_gauges, HookType.AFTER)
 
 
 def _report_state(config: PaskConfig):
     """AFTER hook: the scheduler's internal state (``/server_info`` -> ``internal_states``) carries
     the sglang-pask config as the scheduler process itself sees it, with that process's pid, and the
     layer-group pool's usage (``kv_pool``: slots and bytes in use per group, full-KV equivalent)."""
-    from sglang_pask.srt.layer_group_runtime import active
+    from sglang_pask.srt.active_pool import active
 
     def add_state(result: Any, *args: Any, **kwargs: Any) -> Any:
         state = {**config.to_dict(), "pid": os.getpid()}

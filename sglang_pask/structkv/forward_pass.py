@@ -1,8 +1,8 @@
 """StructKV inside one SGLang extend pass: the per-forward state the model loop and attention share.
 
-:mod:`sglang_pask.srt.structkv_model` creates a :class:`StructKVPass` for an eligible extend batch and attaches it to
+:mod:`sglang_pask.srt.model_loop` creates a :class:`StructKVPass` for an eligible extend batch and attaches it to
 the ``ForwardBatch`` (attribute :data:`PASS_ATTRIBUTE`); the layer-group attention backend
-(:mod:`sglang_pask.srt.layer_group_reads`) reads it in every layer. It holds, for the batch's packed rows:
+(:mod:`sglang_pask.srt.attention.reads`) reads it in every layer. It holds, for the batch's packed rows:
 
 - ``rows`` ``(K,)`` int64: the packed rows of the full batch (``T`` rows) the layers compute now, with
   their ``positions`` and ``out_cache_loc`` (the KV slots these rows write); all ``T`` at first;

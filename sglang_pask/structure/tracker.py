@@ -267,7 +267,7 @@ class RoleTracker:
     def extend(self, token_ids: Iterable[int]) -> None:
         """Append the roles of newly accepted tokens, in order (``accept`` for each, in one loop).
 
-        A server that tags at read time (:mod:`sglang_pask.srt.role_grammar`) catches up here on the
+        A server that tags at read time (:mod:`sglang_pask.srt.grammar`) catches up here on the
         tokens accepted since the last read.
         """
         states = self._states

@@ -1,17 +1,23 @@
-"""``return_kv_roles``: the structural roles of a request's tokens in its response ``meta_info``.
+"""What a response's ``meta_info`` gains: the structural roles of its tokens and ``kv_stats``.
 
-A request asks with the sampling parameter ``"return_kv_roles": true`` (:mod:`.request_flags`); its
+The scheduler's output streamer (:class:`PaskOutputStreamer`, a subclass of SGLang's) adds the
+fields, by SGLang's own ``customized_info`` channel from the scheduler to the tokenizer manager;
+:func:`drop_absent_fields` keeps the ones a request did not get out of its ``meta_info``.
+
+``return_kv_roles``: a request asks with the sampling parameter ``"return_kv_roles": true`` (:mod:`sglang_pask.api.flags`); its
 response then carries
 
 * ``meta_info["kv_roles"]``: one role label per output token (same length as the output ids), the
-  scheduler's role track of the request (:class:`~sglang_pask.srt.role_grammar.RoleTrackedGrammar`,
-  placed by :func:`~sglang_pask.srt.role_grammar.request_grammar_roles`); tokens no grammar saw (an
+  scheduler's role track of the request (:class:`~sglang_pask.srt.grammar.RoleTrackedGrammar`,
+  placed by :func:`~sglang_pask.srt.grammar.request_grammar_roles`); tokens no grammar saw (an
   unconstrained request, a reasoning model's thinking) get the grammar-free lexer's roles;
 * ``meta_info["kv_prompt_roles"]``: one role label per prompt token.
 
 Both are sent once, with the request's last output (so a revised tentative role is never reported
 early). The path is SGLang's own ``customized_info`` channel from the scheduler's output streamer to
 the tokenizer manager. Requests that do not ask get nothing added.
+
+``kv_stats`` (:mod:`sglang_pask.api.kv_stats`): every finished request served by a layer-group pool.
 """
 
 from __future__ import annotations
@@ -20,8 +26,9 @@ from typing import Any, Optional
 
 from sglang.srt.managers.scheduler_components.output_streamer import SchedulerOutputStreamer
 
-from sglang_pask.srt.request_flags import ROLES_FLAG, wants
-from sglang_pask.srt.role_grammar import process_vocab, request_grammar_roles, role_grammar_for
+from sglang_pask.api.flags import ROLES_FLAG, wants
+from sglang_pask.api.kv_stats import KV_STATS_KEY, STATS_ATTRIBUTE
+from sglang_pask.srt.grammar import process_vocab, request_grammar_roles, role_grammar_for
 from sglang_pask.structure import LABELS, Role, TokenVocab, tag_prompt_ids
 
 OUTPUT_ROLES_KEY = "kv_roles"
@@ -68,6 +75,20 @@ class RoleReportingOutputStreamer(SchedulerOutputStreamer):
 
     def is_request_level_customized_info_key(self, key: str) -> bool:
         return key in ROLE_KEYS or super().is_request_level_customized_info_key(key)
+
+
+class PaskOutputStreamer(RoleReportingOutputStreamer):
+    """The role-reporting output streamer plus ``kv_stats`` for finished requests."""
+
+    def build_additional_customized_info(self, reqs: list[Any]) -> dict[str, list[Optional[Any]]]:
+        fields: dict[str, list[Optional[Any]]] = super().build_additional_customized_info(reqs)
+        stats = [getattr(req, STATS_ATTRIBUTE, None) if req.finished() else None for req in reqs]
+        # SGLang accumulates a field's values as a list: send [stats] (unwrapped by the tokenizer side).
+        fields[KV_STATS_KEY] = [None if s is None else [s] for s in stats]
+        return fields
+
+    def is_request_level_customized_info_key(self, key: str) -> bool:
+        return key == KV_STATS_KEY or super().is_request_level_customized_info_key(key)
 
 
 def drop_absent_fields(keys: tuple[str, ...], objects: tuple[str, ...] = ()):

@@ -3,8 +3,9 @@
 The request-pool row of every admitted request is remembered (``ReqToTokenPool.alloc``, AFTER hook);
 a position's role is its prompt token's role (:func:`~sglang_pask.structure.tag_prompt_ids`, tagged
 once per request) or its generated token's role on the grammar's role track
-(:func:`~sglang_pask.srt.role_grammar.request_grammar_roles`); generated tokens no grammar saw are
-free text.
+(:func:`~sglang_pask.srt.grammar.request_grammar_roles`); generated tokens no grammar saw are
+free text. The same map gives a row's calibration probe, if its request carries one
+(:func:`~sglang_pask.api.probe.parse_probe`), read once when the row's views are made.
 """
 
 from __future__ import annotations
@@ -14,52 +15,12 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from sglang_pask.kvpool.probe import ALL_GROUPS, CalibrationProbe
-from sglang_pask.srt.role_grammar import process_vocab, request_grammar_roles
+from sglang_pask.api.probe import parse_probe
+from sglang_pask.kvpool.probe import CalibrationProbe
+from sglang_pask.srt.grammar import process_vocab, request_grammar_roles
 from sglang_pask.structure import Role, tag_prompt_ids
 
 _PROMPT_ROLES = "_pask_prompt_roles"
-# custom_params key of a calibration request (python -m sglang_pask.calibrate).
-PROBE_PARAM = "pask_probe"
-# ``drop_group`` value of a probe that drops its role in every layer group.
-ALL_GROUPS_LABEL = "all"
-
-
-def probe_error(value: Any) -> Optional[str]:
-    """Why ``custom_params["pask_probe"]`` is malformed, or None. It is an object with
-    ``drop_group`` (a layer group index, or ``"all"``) and ``drop_role`` (a role label) together,
-    and/or ``distortion_budget`` in (0, 1]."""
-    if not isinstance(value, dict) or not value or set(value) - {"drop_group", "drop_role", "distortion_budget"}:
-        return f"{PROBE_PARAM} must be an object with drop_group and drop_role, and/or distortion_budget"
-    if ("drop_group" in value) != ("drop_role" in value):
-        return f"{PROBE_PARAM}: drop_group and drop_role go together"
-    if "drop_group" in value:
-        group = value["drop_group"]
-        if group != ALL_GROUPS_LABEL and (not isinstance(group, int) or isinstance(group, bool) or group < 0):
-            return f"{PROBE_PARAM}: drop_group must be a layer group index or \"all\", got {group!r}"
-        try:
-            Role.from_label(str(value["drop_role"]))
-        except ValueError:
-            return f"{PROBE_PARAM}: drop_role {value['drop_role']!r} is not a role"
-    budget = value.get("distortion_budget")
-    if "distortion_budget" in value and not (isinstance(budget, (int, float)) and 0 < budget <= 1):
-        return f"{PROBE_PARAM}: distortion_budget must be in (0, 1], got {budget!r}"
-    return None
-
-
-def parse_probe(custom_params: Any) -> Optional[CalibrationProbe]:
-    """The calibration probe of a request's custom params (checked by the API contract), or None."""
-    if not isinstance(custom_params, dict) or PROBE_PARAM not in custom_params:
-        return None
-    value = custom_params[PROBE_PARAM]
-    if probe_error(value) is not None:
-        return None
-    group = value.get("drop_group")
-    return CalibrationProbe(
-        drop_group=ALL_GROUPS if group == ALL_GROUPS_LABEL else group,
-        drop_role=int(Role.from_label(str(value["drop_role"]))) if "drop_role" in value else None,
-        distortion_budget=value.get("distortion_budget"),
-    )
 
 
 class RequestRoles:

@@ -143,7 +143,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
     ``free(ids)`` returns the ids and whatever physical slots they still hold; :meth:`drop` returns
     one group's slots of some ids while the ids stay allocated. ``available_size()`` is what can be
     allocated now: the fewest free ids or free slots of any group (the fullest group, in tokens).
-    Admission counts every group on its own (:class:`~.layer_group_admission.LayerGroupPrefillBudget`).
+    Admission counts every group on its own (:class:`~sglang_pask.srt.admission.LayerGroupPrefillBudget`).
     Under a low-bit ``--kv-dropped`` mode the groups' blocks (:attr:`lowbit`) take slots of the same
     allocators (:meth:`alloc_block_slots`, :meth:`free_block_slots`) that no virtual id maps, and
     ``free(ids)`` also takes the ids out of their blocks (a block's slots return with its last id).
@@ -221,7 +221,7 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         return min(prompt_tokens, self.budgets[group] * prompt_tokens + passes * self.growth_overhead + chunk)
 
     def create_prefill_budget(self, tree_cache: Any, *, num_mixed_decode_tokens: int = 0) -> PrefillBudget:
-        from sglang_pask.srt.layer_group_admission import LayerGroupPrefillBudget
+        from sglang_pask.srt.admission import LayerGroupPrefillBudget
 
         return LayerGroupPrefillBudget(self, tree_cache, num_mixed_decode_tokens=num_mixed_decode_tokens)
 

@@ -1,8 +1,10 @@
-"""SGLang's ``/generate`` contract check, extended with this project's request fields.
+"""What the tokenizer manager accepts: SGLang's request checks, extended with this project's fields.
 
-* ``return_kv_roles`` and ``return_kv_kept`` (sampling parameters, :mod:`.request_flags`);
-* ``custom_params["pask_probe"]``, a calibration request's probe (:mod:`.request_roles`): checked
-  here so that a malformed probe is a clear HTTP 400, not a scheduler-side surprise;
+* ``return_kv_roles`` and ``return_kv_kept`` (sampling parameters, :mod:`sglang_pask.api.flags`):
+  :func:`sampling_params_with_flags` is the manager's ``SamplingParams`` factory that carries them
+  in ``custom_params``, and the ``/generate`` contract check accepts them if they are true or false;
+* ``custom_params["pask_probe"]``, a calibration request's probe (:mod:`sglang_pask.api.probe`):
+  checked here so that a malformed probe is a clear HTTP 400, not a scheduler-side surprise;
 
 and, after tokenization, prompts that SGLang 0.5.23 accepts and whose extend pass then kills the
 scheduler (stock SGLang on the CPU engine included): a text of no tokens (``"text": ""``; SGLang
@@ -14,13 +16,16 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from sglang.srt.sampling.sampling_params import SamplingParams
+
+from sglang_pask.api.flags import FLAGS, flag_error
+from sglang_pask.api.probe import ALL_GROUPS_LABEL, PROBE_PARAM, probe_error
 from sglang_pask.config import PaskConfig
-from sglang_pask.srt.request_roles import ALL_GROUPS_LABEL, PROBE_PARAM, probe_error
-from sglang_pask.srt.request_flags import contract_error_with_flags
 
 
 def contract_error(original: Any, body: Any) -> Optional[str]:
-    """AROUND hook of ``api_contract.generate_contract_error``."""
+    """AROUND hook of ``api_contract.generate_contract_error``: probes, then the flags
+    (:func:`contract_error_with_flags`)."""
     if isinstance(body, dict):
         params = body.get("sampling_params")
         for p in params if isinstance(params, list) else [params]:
@@ -42,6 +47,42 @@ def _group_error(probe: dict) -> Optional[str]:
     if probe["drop_group"] >= groups:
         return f"{PROBE_PARAM}: drop_group {probe['drop_group']} is not a layer group of this server (it has {groups})"
     return None
+
+
+def sampling_params_with_flags(**kwargs: Any) -> SamplingParams:
+    """SGLang's SamplingParams, accepting the :data:`~sglang_pask.api.flags.FLAGS` (carried in
+    ``custom_params``)."""
+    given = {name: kwargs.pop(name, None) for name in FLAGS}
+    carried = {name: value for name, value in given.items() if value is not None}
+    for name, value in carried.items():
+        error = flag_error(name, value)
+        if error is not None:
+            raise ValueError(error)
+    if carried:
+        kwargs["custom_params"] = {**(kwargs.get("custom_params") or {}), **carried}
+    return SamplingParams(**kwargs)
+
+
+def contract_error_with_flags(original: Any, body: Any) -> Optional[str]:
+    """SGLang's ``/generate`` contract check where the :data:`~sglang_pask.api.flags.FLAGS` are known
+    sampling parameters (true or false); everything else is checked by SGLang as before."""
+    if not isinstance(body, dict):
+        return original(body)
+    params = body.get("sampling_params")
+    param_list = params if isinstance(params, list) else [params]
+    if not any(isinstance(p, dict) and any(name in p for name in FLAGS) for p in param_list):
+        return original(body)
+    stripped = []
+    for p in param_list:
+        if isinstance(p, dict):
+            for name in FLAGS:
+                if name in p:
+                    error = flag_error(name, p[name])
+                    if error is not None:
+                        return error
+            p = {k: v for k, v in p.items() if k not in FLAGS}
+        stripped.append(p)
+    return original({**body, "sampling_params": stripped if isinstance(params, list) else stripped[0]})
 
 
 def reject_unservable_prompt(manager: Any, obj: Any, input_ids: Optional[list[int]], *args: Any,

@@ -4,22 +4,22 @@ Registered in place of ``TritonAttnBackend`` (a class REPLACE hook). SGLang's tr
 take the KV they read as index lists (``kv_indptr``, ``kv_indices``: per request, the slots of its
 cached prefix in an extend, of its whole sequence in a decode); stock SGLang fills them from
 ``req_to_token``. Here, per forward and per layer group, they are the group's read lists
-(:class:`~.layer_group_reads.LayerGroupReads`): the positions the request's view of that group keeps,
-as the group's physical slots, so a layer's kernel reads only what its group kept. Writes go through
-the pool, which translates the virtual ``out_cache_loc`` to the group's slots. Everything else is
+(:class:`~.reads.LayerGroupReads`): the positions the request's view of that group keeps, as the
+group's physical slots, so a layer's kernel reads only what its group kept. Writes go through the
+pool, which translates the virtual ``out_cache_loc`` to the group's slots. Everything else is
 SGLang's own code and kernels (extend and decode, split-KV decode, lean decode), run on the group's
 metadata. The policy's scores and the calibration probe's distortion come from the keys each request
-read, gathered after the kernel (:meth:`~.layer_group_reads.LayerGroupReads._observe`), as in the
-torch_native backend. With nothing dropped (budget 1.0) the lists are stock SGLang's slots in
-position order, so the kernels compute exactly what they compute in stock SGLang.
+read, gathered after the kernel (:meth:`~.reads.LayerGroupReads._observe`), as in the torch_native
+backend (:mod:`.torch_native`). With nothing dropped (budget 1.0) the lists are stock SGLang's slots
+in position order, so the kernels compute exactly what they compute in stock SGLang.
 
-Under StructKV (a :class:`~sglang_pask.structkv.forward_pass.StructKVPass` on the extend batch, :mod:`.structkv_model`)
-each layer runs SGLang's extend kernel on the pass's current rows: ``qo_indptr`` and
-``max_extend_len`` count the rows each request computes now, ``out_cache_loc`` is theirs (a layer
-writes K/V only for them), and ``kv_indices`` stays the cached prefix. So a layer after a request's
-pruning began attends its cached prefix plus its skeleton rows, as on torch_native. Every layer's
-last-window scores go to the pass, and after the model's last layer each group keeps what the pass
-chooses at R_KV.
+Under StructKV (a :class:`~sglang_pask.structkv.forward_pass.StructKVPass` on the extend batch,
+:mod:`sglang_pask.srt.model_loop`) each layer runs SGLang's extend kernel on the pass's current rows:
+``qo_indptr`` and ``max_extend_len`` count the rows each request computes now, ``out_cache_loc`` is
+theirs (a layer writes K/V only for them), and ``kv_indices`` stays the cached prefix. So a layer
+after a request's pruning began attends its cached prefix plus its skeleton rows, as on
+torch_native. Every layer's last-window scores go to the pass, and after the model's last layer
+each group keeps what the pass chooses at R_KV.
 
 Not supported, refused with an error when the backend is built or at the first such forward:
 CUDA graphs (the launcher turns them off: compression runs in Python between layers and the lists
@@ -39,8 +39,8 @@ from sglang.srt.layers.attention.triton_backend import (
     TritonAttnBackend,
 )
 
-from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
-from sglang_pask.srt.layer_group_reads import LayerGroupReads, refuse_unsupported_layer
+from sglang_pask.srt.pool import LayerGroupMHAKVPool
+from sglang_pask.srt.attention.reads import LayerGroupReads, refuse_unsupported_layer
 from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass
 
 

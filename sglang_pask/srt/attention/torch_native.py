@@ -1,26 +1,30 @@
 """SGLang's torch_native attention backend reading each layer group's own index lists.
 
 Registered in place of ``TorchNativeAttnBackend`` (a class REPLACE hook). With a
-:class:`~.layer_group_pool.LayerGroupMHAKVPool` behind the model runner, every layer reads, per
-request, the positions of its layer group's view (:mod:`sglang_pask.kvpool.views`), translated to the group's
-physical slots; positions the pool no longer holds (dropped before they reached the prefix cache)
-are skipped. Under a low-bit ``--kv-dropped`` mode a request also reads its dropped tokens, dequantized from
-their low-bit blocks (:mod:`sglang_pask.kvpool.lowbit`), placed before its read list. The attention itself is SGLang's: the same gather, the same
-``scaled_dot_product_attention`` call on the same shapes, so with nothing dropped the output is
-bitwise that of stock SGLang. When the policy needs scores, the queries of the step score the keys
-they read (:func:`kernels.window_scores.sequence_window_scores`), and after a group's last layer the
-view table compresses the group. Without a layer-group pool (e.g. a draft model) it is stock SGLang.
+:class:`~sglang_pask.srt.pool.LayerGroupMHAKVPool` behind the model runner, every layer reads, per
+request, the positions of its layer group's view (:mod:`sglang_pask.kvpool.views`), translated to the
+group's physical slots; positions the pool no longer holds (dropped before they reached the prefix
+cache) are skipped. Under a low-bit ``--kv-dropped`` mode a request also reads its dropped tokens,
+dequantized from their low-bit blocks (:mod:`sglang_pask.kvpool.lowbit`), placed before its read
+list. The attention itself is SGLang's: the same gather, the same ``scaled_dot_product_attention``
+call on the same shapes, so with nothing dropped the output is bitwise that of stock SGLang. When the
+policy needs scores, the queries of the step score the keys they read
+(:func:`sglang_pask.kernels.window_scores.sequence_window_scores`), and after a group's last layer
+the view table compresses the group. Without a layer-group pool (e.g. a draft model) it is stock
+SGLang.
 
-Under StructKV (a :class:`~sglang_pask.structkv.forward_pass.StructKVPass` on the extend batch, :mod:`.structkv_model`)
-the batch's rows are the pass's: each request's queries are the rows it still computes, it writes KV
-only for them, and in a layer after its pruning began it reads the cached prefix plus those rows (the
-other fresh tokens have no K/V there). Every layer's last-window scores go to the pass, and after the
-model's last layer each group keeps, of the fresh tokens, exactly what the pass chooses at R_KV
-(:meth:`~sglang_pask.kvpool.compression.KVViewTable.keep_only`); decode compression stays the policy's.
+Under StructKV (a :class:`~sglang_pask.structkv.forward_pass.StructKVPass` on the extend batch,
+:mod:`sglang_pask.srt.model_loop`) the batch's rows are the pass's: each request's queries are the
+rows it still computes, it writes KV only for them, and in a layer after its pruning began it reads
+the cached prefix plus those rows (the other fresh tokens have no K/V there). Every layer's
+last-window scores go to the pass, and after the model's last layer each group keeps, of the fresh
+tokens, exactly what the pass chooses at R_KV
+(:meth:`~sglang_pask.kvpool.compression.KVViewTable.keep_only`); decode compression stays the
+policy's.
 
-The bookkeeping (read lists, scores, compression) is :class:`~.layer_group_reads.LayerGroupReads`, shared
-with the triton backend. Not supported (refused with an error): sliding-window layers, cross-attention,
-encoder-only models.
+The bookkeeping (read lists, scores, compression) is :class:`~.reads.LayerGroupReads`, shared with the
+triton backend (:mod:`.triton`). Not supported (refused with an error): sliding-window layers,
+cross-attention, encoder-only models.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBack
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
-from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
-from sglang_pask.srt.layer_group_reads import LayerGroupReads, refuse_unsupported_layer
+from sglang_pask.srt.pool import LayerGroupMHAKVPool
+from sglang_pask.srt.attention.reads import LayerGroupReads, refuse_unsupported_layer
 from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass
 
 

@@ -1,12 +1,14 @@
 """What every layer-group attention backend does besides attending: read lists, scores, compression.
 
-Mixed into SGLang's attention backends (:mod:`.layer_group_attention` for torch_native,
-:mod:`.layer_group_triton` for triton), before the SGLang class. Per forward it records each
-request's row, length, cached prefix and fresh tokens and makes its view (:mod:`sglang_pask.kvpool.views`); per layer
-group it builds, once, each request's read list (the positions its view of that group keeps, with the
-group's physical slots); per layer and request it feeds the calibration probe's distortion, StructKV's
-scores and the policy's scores; after a group's last layer it compresses the group, and after the last
-group it closes the step. The attention itself stays the backend's.
+Mixed into SGLang's attention backends (:mod:`.torch_native` for torch_native, :mod:`.triton` for
+triton), before the SGLang class. Per forward it records each request's row, length, cached prefix
+and fresh tokens and makes its views (:mod:`sglang_pask.kvpool.views`, in the view table of
+:mod:`sglang_pask.kvpool.compression`); per layer group it builds, once, each request's read list (the
+positions its view of that group keeps, with the group's physical slots); per layer and request it
+feeds StructKV's scores and the policy's scores, and a calibration request's distortion probe
+(:mod:`sglang_pask.kvpool.probe`; looked up once per forward, only while such a request runs); after
+a group's last layer it compresses the group, and after the last group it closes the step. The
+attention itself stays the backend's.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from sglang_pask.kvpool import probe as probes
 from sglang_pask.kvpool.compression import KVViewTable
 from sglang_pask.kvpool.probe import CalibrationProbe
 from sglang_pask.kvpool.lowbit import LocatedTokens, LowBitStore
-from sglang_pask.srt.layer_group_pool import LayerGroupMHAKVPool
+from sglang_pask.srt.pool import LayerGroupMHAKVPool
 from sglang_pask.structkv.forward_pass import StructKVPass
 
 # One request's read list in one group: (positions (k,) int64, physical slots (k,) int64).
@@ -34,7 +36,7 @@ class LayerGroupReads:
 
     The backend class calls :meth:`_init_group_reads` after SGLang's constructor, :meth:`_begin_forward`
     after SGLang's ``init_forward_metadata``, :meth:`_observe` for each request in each layer and
-    :meth:`_end_layer` after each layer. Without a :class:`~.layer_group_pool.LayerGroupMHAKVPool`
+    :meth:`_end_layer` after each layer. Without a :class:`~sglang_pask.srt.pool.LayerGroupMHAKVPool`
     (e.g. a draft model) ``grouped`` is False and the backend is stock SGLang.
     """
 

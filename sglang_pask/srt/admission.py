@@ -10,7 +10,7 @@ is the smallest of ``capacity - offset`` over the groups and the ids:
 
 * a new request is charged, in group ``g``, the most slots its prompt (and SGLang's page and extra
   tokens) holds there while it is prefilled
-  (:meth:`~.layer_group_pool.LayerGroupAllocator.prompt_peak`: the whole prompt when it fits in one
+  (:meth:`~sglang_pask.srt.pool.LayerGroupAllocator.prompt_peak`: the whole prompt when it fits in one
   pass; a longer prompt is written one chunk at a time, each compressed before the next, so the
   peak is about ``b_g`` of it plus one chunk), plus ``decode_growth(g, max_new)``; and its prompt
   plus ``max_new`` ids. SGLang's own budget charges the whole prompt, which for a prompt longer than
@@ -18,7 +18,7 @@ is the smallest of ``capacity - offset`` over the groups and the ids:
 * each running request (:func:`reserve_running_requests`, after SGLang's ``PrefillAdder``
   initialisation) is charged its remaining decode tokens the same way;
 * capacity per group is its free slots plus the slots the cache's unlocked tokens hold there
-  (:func:`evictable_ids`, :meth:`~.layer_group_pool.LayerGroupAllocator.allocatable_after_eviction`,
+  (:func:`evictable_ids`, :meth:`~sglang_pask.srt.pool.LayerGroupAllocator.allocatable_after_eviction`,
   once per round). Counted exactly: the locked prefix of a running request holds only ``b_g`` of
   its tokens in a small group, so subtracting locked tokens from the cache's slots (a bound that
   needs no tree walk) leaves a small group no evictable slots at all and refuses what would fit.
@@ -31,7 +31,7 @@ from typing import Any, Optional
 import torch
 from sglang.srt.mem_cache.prefill_budget import PrefillBudget
 
-from sglang_pask.srt.layer_group_pool import LayerGroupAllocator
+from sglang_pask.srt.pool import LayerGroupAllocator
 
 
 class LayerGroupPrefillBudget(PrefillBudget):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sglang_pask.srt.layer_group_runtime import active
+from sglang_pask.srt.active_pool import active
 
 _GAUGES = "_sglang_pask_gauges"
 

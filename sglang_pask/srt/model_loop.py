@@ -42,7 +42,7 @@ from sglang_pask.kernels.skeleton_gather import (
     skeleton_scatter_reference,
     skeleton_scatter_triton,
 )
-from sglang_pask.srt.role_grammar import process_vocab
+from sglang_pask.srt.grammar import process_vocab
 from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass, StructKVSettings
 from sglang_pask.structkv import segment_end_table
 
@@ -120,7 +120,7 @@ _missing_vocab_logged: list[bool] = []
 
 def _segment_end_table(device: torch.device) -> Optional[torch.Tensor]:
     """``(V,)`` bool on ``device``: which token ids of this process's model end a segment, from the
-    vocabulary the grammar backend read (:func:`~sglang_pask.srt.role_grammar.process_vocab`); None
+    vocabulary the grammar backend read (:func:`~sglang_pask.srt.grammar.process_vocab`); None
     (and a logged error, once) when there is none, so the batch runs unpruned."""
     found = _segment_tables.get(device)
     if found is not None:

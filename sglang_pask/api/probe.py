@@ -1,0 +1,59 @@
+"""``custom_params["pask_probe"]``: a calibration request's probe, checked and parsed.
+
+``python -m sglang_pask.calibrate`` sends each probe as an object with ``drop_group`` (a layer group
+index, or ``"all"``) and ``drop_role`` (a role label) together, and/or ``distortion_budget`` in
+(0, 1]. The tokenizer side refuses a malformed one with HTTP 400 (:func:`probe_error`, from
+:mod:`sglang_pask.srt.contract`); the scheduler side turns a request's probe into the
+:class:`~sglang_pask.kvpool.probe.CalibrationProbe` its views follow (:func:`parse_probe`).
+
+Pure Python (no sglang import).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from sglang_pask.kvpool.probe import ALL_GROUPS, CalibrationProbe
+from sglang_pask.structure import Role
+
+# custom_params key of a calibration request (python -m sglang_pask.calibrate).
+PROBE_PARAM = "pask_probe"
+# ``drop_group`` value of a probe that drops its role in every layer group.
+ALL_GROUPS_LABEL = "all"
+
+
+def probe_error(value: Any) -> Optional[str]:
+    """Why ``custom_params["pask_probe"]`` is malformed, or None. It is an object with
+    ``drop_group`` (a layer group index, or ``"all"``) and ``drop_role`` (a role label) together,
+    and/or ``distortion_budget`` in (0, 1]."""
+    if not isinstance(value, dict) or not value or set(value) - {"drop_group", "drop_role", "distortion_budget"}:
+        return f"{PROBE_PARAM} must be an object with drop_group and drop_role, and/or distortion_budget"
+    if ("drop_group" in value) != ("drop_role" in value):
+        return f"{PROBE_PARAM}: drop_group and drop_role go together"
+    if "drop_group" in value:
+        group = value["drop_group"]
+        if group != ALL_GROUPS_LABEL and (not isinstance(group, int) or isinstance(group, bool) or group < 0):
+            return f"{PROBE_PARAM}: drop_group must be a layer group index or \"all\", got {group!r}"
+        try:
+            Role.from_label(str(value["drop_role"]))
+        except ValueError:
+            return f"{PROBE_PARAM}: drop_role {value['drop_role']!r} is not a role"
+    budget = value.get("distortion_budget")
+    if "distortion_budget" in value and not (isinstance(budget, (int, float)) and 0 < budget <= 1):
+        return f"{PROBE_PARAM}: distortion_budget must be in (0, 1], got {budget!r}"
+    return None
+
+
+def parse_probe(custom_params: Any) -> Optional[CalibrationProbe]:
+    """The calibration probe of a request's custom params (checked by the API contract), or None."""
+    if not isinstance(custom_params, dict) or PROBE_PARAM not in custom_params:
+        return None
+    value = custom_params[PROBE_PARAM]
+    if probe_error(value) is not None:
+        return None
+    group = value.get("drop_group")
+    return CalibrationProbe(
+        drop_group=ALL_GROUPS if group == ALL_GROUPS_LABEL else group,
+        drop_role=int(Role.from_label(str(value["drop_role"]))) if "drop_role" in value else None,
+        distortion_budget=value.get("distortion_budget"),
+    )
