@@ -19,15 +19,14 @@ from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBack
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 
 from sglang_pask.config import KV_POLICIES  # noqa: E402
-from sglang_pask.policy import PaskTable, available_policies, capacity, get_policy  # noqa: E402
-from sglang_pask.structure.roles import Role  # noqa: E402
 from sglang_pask.kvpool.compression import KVViewTable  # noqa: E402
 from sglang_pask.kvpool.probe import ALL_GROUPS, CalibrationProbe  # noqa: E402
-from sglang_pask.srt.attention.torch_native import LayerGroupTorchNativeAttnBackend  # noqa: E402
-from sglang_pask.kvpool.sizing import group_slot_counts, virtual_slot_count  # noqa: E402
+from sglang_pask.kvpool.sizing import LayerGroupLayout, group_slot_counts, virtual_slot_count  # noqa: E402
+from sglang_pask.policy import PaskTable, available_policies, capacity, get_policy  # noqa: E402
 from sglang_pask.srt.admission import LayerGroupPrefillBudget  # noqa: E402
-from sglang_pask.kvpool.sizing import LayerGroupLayout  # noqa: E402
+from sglang_pask.srt.attention.torch_native import LayerGroupTorchNativeAttnBackend  # noqa: E402
 from sglang_pask.srt.pool import LayerGroupAllocator, LayerGroupMHAKVPool  # noqa: E402
+from sglang_pask.structure.roles import Role  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 8, 2
 SLOTS, ROWS, CONTEXT = 256, 8, 128

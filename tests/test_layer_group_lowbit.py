@@ -25,12 +25,11 @@ from sglang_pask.kernels.kv_lowbit import (  # noqa: E402
     quantize_key_blocks,
     quantize_value_blocks,
 )
-from sglang_pask.policy import capacity, get_policy  # noqa: E402
-from sglang_pask.kvpool.sizing import virtual_slot_count  # noqa: E402
 from sglang_pask.kvpool.compression import KVViewTable  # noqa: E402
-from sglang_pask.srt.attention.torch_native import LayerGroupTorchNativeAttnBackend  # noqa: E402
 from sglang_pask.kvpool.lowbit import BlockFormat, LowBitStore  # noqa: E402
-from sglang_pask.kvpool.sizing import LayerGroupLayout  # noqa: E402
+from sglang_pask.kvpool.sizing import LayerGroupLayout, virtual_slot_count  # noqa: E402
+from sglang_pask.policy import capacity, get_policy  # noqa: E402
+from sglang_pask.srt.attention.torch_native import LayerGroupTorchNativeAttnBackend  # noqa: E402
 from sglang_pask.srt.pool import LayerGroupAllocator, LayerGroupMHAKVPool  # noqa: E402
 
 Q_HEADS, KV_HEADS, HEAD_DIM, LAYERS = 4, 2, 32, 2
