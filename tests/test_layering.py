@@ -102,4 +102,5 @@ def test_every_package_is_in_the_wheel():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     folders = {".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py")}
     folders |= {"sglang_pask.kernels"} if (KERNELS / "__init__.py").exists() else set()
-    assert folders - listed == set(), f"packages missing from pyproject's [tool.setuptools] packages: {folders - listed}"
+    missing = folders - listed
+    assert missing == set(), f"packages missing from pyproject's [tool.setuptools] packages: {missing}"

@@ -164,7 +164,8 @@ class LowBitStore:
         The pool whose K/V buffers hold the blocks (``heads``, ``head_dim`` and ``store_dtype`` as
         SGLang set them; K and V head dims must be equal).
     allocator : LayerGroupAllocator
-        Gives and takes back the groups' physical slots (:meth:`~sglang_pask.srt.pool.LayerGroupAllocator.alloc_block_slots`).
+        Gives and takes back the groups' physical slots
+        (:meth:`~sglang_pask.srt.pool.LayerGroupAllocator.alloc_block_slots`).
 
     Attributes
     ----------

@@ -4,8 +4,8 @@ The scheduler's output streamer (:class:`PaskOutputStreamer`, a subclass of SGLa
 fields, by SGLang's own ``customized_info`` channel from the scheduler to the tokenizer manager;
 :func:`drop_absent_fields` keeps the ones a request did not get out of its ``meta_info``.
 
-``return_kv_roles``: a request asks with the sampling parameter ``"return_kv_roles": true`` (:mod:`sglang_pask.api.flags`); its
-response then carries
+``return_kv_roles``: a request asks with the sampling parameter ``"return_kv_roles": true``
+(:mod:`sglang_pask.api.flags`); its response then carries
 
 * ``meta_info["kv_roles"]``: one role label per output token (same length as the output ids), the
   scheduler's role track of the request (:class:`~sglang_pask.srt.grammar.RoleTrackedGrammar`,
