@@ -230,16 +230,17 @@ def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], pe
 
 
 def server_flags(mode: str, fixed_pivot: int, gemfilter_pivot: int, structkv_pivot: str = "auto") -> list[str]:
-    """sglang-pask flags of a mode (see the module docstring)."""
-    structkv = ["--structkv", "--structkv-pivot", structkv_pivot, "--structkv-prefill-ratio", "0.2",
-                "--structkv-kv-ratio", "0.1"]
+    """sglang-pask flags of a mode (see the module docstring). The StructKV modes prune every prompt
+    (``--structkv-min-prompt 0``), so the bench measures the method at every length, 2K included."""
+    structkv = ["--structkv", "--structkv-min-prompt", "0", "--structkv-pivot", structkv_pivot,
+                "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"]
     return {
         "full": ["--kv-policy", "full"],
         "structkv": structkv,
         "structkv-central-kv": [*structkv, "--structkv-kv-score", "centrality"],
-        "fixed-pivot": ["--structkv", "--structkv-mode", "fixed-pivot", "--structkv-pivot", str(fixed_pivot),
+        "fixed-pivot": ["--structkv", "--structkv-min-prompt", "0", "--structkv-mode", "fixed-pivot", "--structkv-pivot", str(fixed_pivot),
                         "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
-        "gemfilter": ["--structkv", "--structkv-mode", "gemfilter", "--structkv-pivot", str(gemfilter_pivot),
+        "gemfilter": ["--structkv", "--structkv-min-prompt", "0", "--structkv-mode", "gemfilter", "--structkv-pivot", str(gemfilter_pivot),
                       "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
         "snapkv": ["--kv-policy", "snapkv", "--kv-budget", "0.1"],
     }[mode]

@@ -62,11 +62,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sglang_pask.bfcl.constraints import CONSTRAINTS
 from sglang_pask.cli_paths import output_file
 from sglang_pask.config import POLICY_DECODE_MODES, LayerGroupSpec, flag_default
+
+if TYPE_CHECKING:
+    from sglang_pask.policy.pask import PaskTable
 
 PROG = "python -m sglang_pask.calibrate"
 # Probe answers may run this many tokens past the item's full-KV answer (see main()).

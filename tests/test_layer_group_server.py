@@ -256,3 +256,24 @@ def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_sl
         assert "leak" not in log.lower() and "Traceback" not in log, server.log_tail(60)
     finally:
         server.stop()
+
+
+def test_policy_args_reach_the_scheduler(tiny_model_dir, tmp_path):
+    """--kv-policy-args num_sinks=12: every group keeps the first 12 positions and the capacity grows by them."""
+    from sglang_pask.policy import capacity
+
+    server = start(tiny_model_dir, tmp_path / "sinks.log", "streaming-llm", "--kv-policy-args", "num_sinks=12",
+                   "--kv-decode", "keep", "--disable-radix-cache")
+    try:
+        result = generate(server, SYSTEM + " ".join(WORDS), max_new_tokens=4, ignore_eos=True, return_kv_kept=True)
+        stats, prompt = result["meta_info"]["kv_stats"], result["meta_info"]["prompt_tokens"]
+        for kept in stats["kept_positions"]:
+            prompt_kept = [p for p in kept if p < prompt]
+            assert prompt_kept[:12] == list(range(12))
+            assert len(prompt_kept) == capacity(0.33, prompt, 4, 12)
+        info = requests.get(f"{server.url}/server_info", timeout=30).json()
+        assert info["internal_states"][0]["sglang_pask"]["kv_policy_args"] == "num_sinks=12"
+        wait_idle_and_flush(server)
+        assert pool_usage(server)["tokens_in_use"] == 0
+    finally:
+        server.stop()

@@ -56,3 +56,34 @@ def test_centrality_gives_every_group_the_same_ranking():
 def test_an_unknown_kv_score_is_refused():
     with pytest.raises(ValueError, match="unknown StructKV KV score 'max'"):
         StructKVSettings.from_flags("structkv", "auto", 0.2, 0.1, 8, 32, "segments", "max")
+
+
+def test_a_prompt_shorter_than_min_prompt_is_served_unpruned_beside_a_pruned_one():
+    """--structkv-min-prompt: in one batch, a request whose prompt (cached prefix plus computed tokens)
+    reaches the minimum is pruned; the shorter one computes everything, takes no StructKV scores,
+    reports nothing and has no StructKV keep set (its KV is the --kv-policy's)."""
+    settings = StructKVSettings.from_flags("structkv", 1, 0.5, 0.25, WINDOW, 4, "tokens", "own", min_prompt=LENGTH)
+    assert settings.prunes(LENGTH) and not settings.prunes(LENGTH - 1)
+    short = LENGTH - 5
+    # Request 1 has 5 cached tokens: 5 + 35 = 40 reaches the minimum although it computes only 35.
+    prune = StructKVPass(settings, 4, [0, 1, 2, 3], rows=[0, 1, 2], prefix_lens=[0, 0, 5],
+                         extend_lens=[LENGTH, short, short], positions=torch.arange(LENGTH + 2 * short),
+                         out_cache_loc=torch.arange(LENGTH + 2 * short))
+    assert [prune.prunes(i) for i in range(3)] == [True, False, True]
+    for layer, focus in ((0, LAYER_0_FOCUS), (1, LAYER_1_FOCUS)):
+        prune.add_scores(0, layer, torch.arange(LENGTH), scores_on(focus))
+        prune.add_scores(2, layer, torch.arange(5, 5 + short), torch.rand(short))
+        assert prune.statistics_queries(1, 8) is None
+        with pytest.raises(ValueError, match="request 1 is served unpruned"):
+            prune.add_scores(1, layer, torch.arange(short), torch.rand(short))
+        prune.after_layer(layer)
+    assert prune.requests[0].decision is not None and prune.requests[1].decision is None
+    assert all(prune.computed(1, layer) is None for layer in range(4))
+    assert prune.report(1) is None and prune.report(0)["pivot"] == 1
+    with pytest.raises(ValueError, match="its KV is the --kv-policy's"):
+        prune.kv_keep(1, 0, range(0, 1))
+
+
+def test_min_prompt_zero_prunes_every_prompt():
+    settings = StructKVSettings.from_flags("structkv", "auto", 0.2, 0.1, 8, 32, "tokens", "own")
+    assert settings.min_prompt == 0 and settings.prunes(1)

@@ -9,7 +9,9 @@ One server at a time (each test starts and stops its own):
 * GemFilter-style mode restarts from layer 0 on the skeleton (Llama; the paper's token selection
   and window of 8);
 * with ``--structkv-kv-score centrality`` every group that computed the whole prompt keeps the same
-  prompt tokens (one ranking, the skeleton's centrality).
+  prompt tokens (one ranking, the skeleton's centrality);
+* ``--structkv-min-prompt``: a shorter prompt is served as without StructKV, alone or batched
+  with a pruned one.
 
 The other tests run the defaults: segments (sentences, lines) and an observation window of 32.
 """
@@ -45,6 +47,10 @@ def qwen2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def start(model_dir: Path, log: Path, *flags: str) -> ServerProcess:
+    """A server of ``model_dir``; under ``--structkv`` every prompt is pruned (``--structkv-min-prompt
+    0``: these prompts are far below the default 4096) unless ``flags`` set the minimum."""
+    if "--structkv" in flags and "--structkv-min-prompt" not in flags:
+        flags = (*flags, "--structkv-min-prompt", "0")
     return ServerProcess(["--model-path", str(model_dir), "--kv-layer-groups", str(LAYERS), *flags],
                          log).wait_ready(timeout_s=300)
 
@@ -156,6 +162,37 @@ def test_centrality_ranked_kv_is_one_choice_in_every_group_that_saw_the_whole_pr
         assert all(len(kept) == math.floor(0.125 * n) + WINDOW for kept in prompt_kept)
         # Groups up to the decision computed all n tokens: one ranking, one choice.
         assert all(prompt_kept[g] == prompt_kept[0] for g in range(decided + 1))
+        assert_clean(server)
+    finally:
+        server.stop()
+
+
+def test_prompts_shorter_than_min_prompt_are_served_unpruned(qwen2_dir, tmp_path):
+    """Alone, a short prompt's answer is a StructKV-off server's (same policy); batched with a long one,
+    only the long one is pruned, and the short one keeps its --kv-policy budget of the prompt."""
+    policy = ("--kv-policy", "snapkv", "--kv-budget", "0.5", "--kv-decode", "keep")
+    short, long = prompt(1, 60), prompt(2, 300)
+    server = start(qwen2_dir, tmp_path / "off.log", *policy)
+    try:
+        expected = generate(server, short, 12)["output_ids"]
+    finally:
+        server.stop()
+    server = start(qwen2_dir, tmp_path / "min.log", *policy, "--structkv", "--structkv-min-prompt", "200",
+                   "--structkv-prefill-ratio", "0.25", "--structkv-kv-ratio", "0.125")
+    try:
+        alone = generate(server, short, 12)
+        assert alone["output_ids"] == expected
+        assert alone["meta_info"]["prompt_tokens"] < 200 and "structkv" not in alone["meta_info"]["kv_stats"]
+        with ThreadPoolExecutor(max_workers=2) as pool:  # one extend batch with both, as the log shows
+            short_result, long_result = pool.map(lambda text: generate(server, text, 4), (short, long))
+        assert long_result["meta_info"]["prompt_tokens"] >= 200
+        report = long_result["meta_info"]["kv_stats"]["structkv"]
+        assert report["skeleton_tokens"] < report["computed_tokens"]
+        stats = short_result["meta_info"]["kv_stats"]
+        n = short_result["meta_info"]["prompt_tokens"]
+        assert "structkv" not in stats
+        # snapkv at 0.5 of the prompt (plus the answer, kept), not StructKV's R_KV of 0.125.
+        assert all(kept >= math.floor(0.5 * n) for kept in stats["kept_tokens"])
         assert_clean(server)
     finally:
         server.stop()

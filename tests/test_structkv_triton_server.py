@@ -28,7 +28,7 @@ from sglang_pask.server_process import ServerProcess
 
 pytestmark = pytest.mark.server
 
-STRUCTKV = ["--kv-layer-groups", str(LAYERS), "--dtype", "float32", "--structkv",
+STRUCTKV = ["--kv-layer-groups", str(LAYERS), "--dtype", "float32", "--structkv", "--structkv-min-prompt", "0",
             "--structkv-prefill-ratio", "0.25", "--structkv-kv-ratio", "0.125",
             "--kv-policy", "snapkv", "--kv-budget", "0.5"]
 BACKENDS = {"triton": (["--attention-backend", "triton"], {"TRITON_INTERPRET": "1"}), "torch_native": ([], {})}
@@ -101,7 +101,8 @@ def test_gemfilter_mode_restarts_on_the_skeleton_on_triton(tmp_path):
     model_dir = build_tiny_model(tmp_path / "tiny-llama", num_layers=LAYERS, arch="llama")
     flags, env = BACKENDS["triton"]
     server = ServerProcess(["--model-path", str(model_dir), "--kv-layer-groups", str(LAYERS), "--dtype", "float32",
-                            "--structkv", "--structkv-mode", "gemfilter", "--structkv-pivot", "2", *flags],
+                            "--structkv", "--structkv-min-prompt", "0", "--structkv-mode", "gemfilter",
+                            "--structkv-pivot", "2", *flags],
                            tmp_path / "gemfilter.log", env=env).wait_ready(timeout_s=300)
     try:
         result = generate(server, prompt(3, 200), 6)

@@ -55,7 +55,8 @@ def pool_builder(config: PaskConfig):
         num_layers = layers.num_effective_layers
         ranges = config.kv_layer_groups.resolve(num_layers)
         policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges,
-                              Path(configurator.model_config.model_path).name, config.kv_decode)
+                              Path(configurator.model_config.model_path).name, config.kv_decode,
+                              config.kv_policy_args)
         budgets = plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window,
                                      configurator.model_config.context_len)
         storage, block_rows = budgets, 0

@@ -72,7 +72,7 @@ def register(config: PaskConfig) -> None:
         settings = StructKVSettings.from_flags(config.structkv_mode, config.structkv_pivot,
                                                config.structkv_prefill_ratio, config.structkv_kv_ratio,
                                                config.kv_window, config.structkv_window, config.structkv_select,
-                                               config.structkv_kv_score)
+                                               config.structkv_kv_score, config.structkv_min_prompt)
         for target in MODEL_FORWARDS:
             HookRegistry.register(target, structkv_forward(settings), HookType.AROUND)
     # Prometheus (--enable-metrics): the pool's gauges beside SGLang's.

@@ -18,6 +18,9 @@ batch it runs the same steps itself, with a :class:`~sglang_pask.structkv.forwar
 Eligible: an extend pass without speculative decoding, input embeddings, pipeline parallelism,
 captured hidden states or requested logprobs, on the layer-group attention backend, in a model of at
 least 3 layers. Anything else runs SGLang's own forward unchanged (no StructKV for that batch).
+A batch whose prompts are all shorter than ``--structkv-min-prompt`` runs SGLang's own forward too;
+in a batch with a longer one, the shorter ones compute every layer on all their tokens and keep the
+KV their ``--kv-policy`` chooses (:meth:`~sglang_pask.structkv.forward_pass.StructKVPass.prunes`).
 
 Semantics (README, "StructKV"): only the part of each prompt that the pass computes is pruned (a
 prefix matched in the radix cache is reused as cached, never dropped); chunked prefill is off under
@@ -104,6 +107,8 @@ def _begin(settings: StructKVSettings, model: Any, input_ids: torch.Tensor, posi
     rows = forward_batch.req_pool_indices.tolist()
     if sum(extend_lens) != positions.numel():
         return None
+    if not any(settings.prunes(prefix + n) for prefix, n in zip(prefix_lens, extend_lens)):
+        return None  # every prompt is shorter than --structkv-min-prompt: SGLang's own forward
     segment_ends = None
     if settings.segments:
         table = _segment_end_table(input_ids.device)

@@ -54,6 +54,9 @@ class StructKVSettings:
     kv_centrality : bool
         Every group's KV keep set ranked by the decision's centrality (``--structkv-kv-score
         centrality``) rather than by the group's own window scores.
+    min_prompt : int
+        ``--structkv-min-prompt``: a request whose prompt (cached prefix plus the tokens this pass
+        computes) is shorter is served unpruned, its KV left to the ``--kv-policy``.
     """
 
     pivot: PivotConfig
@@ -63,13 +66,16 @@ class StructKVSettings:
     score_window: int
     segments: bool
     kv_centrality: bool
+    min_prompt: int = 0
 
     @classmethod
     def from_flags(cls, mode: str, pivot: str | int, prefill_ratio: float, kv_ratio: float,
-                   window: int, score_window: int, skeleton: str, kv_score: str) -> "StructKVSettings":
+                   window: int, score_window: int, skeleton: str, kv_score: str,
+                   min_prompt: int = 0) -> "StructKVSettings":
         """``structkv``: decayed centrality (lambda 0.9); ``fixed-pivot``: FastKV-style, the pivot
         layer's own scores (lambda 0); ``gemfilter``: layer N's scores and a restart from layer 0.
-        ``skeleton`` is ``segments`` or ``tokens``; ``kv_score`` is ``own`` or ``centrality``."""
+        ``skeleton`` is ``segments`` or ``tokens``; ``kv_score`` is ``own`` or ``centrality``;
+        ``min_prompt`` the shortest prompt pruned."""
         if mode == "structkv":
             config = PivotConfig(pivot=pivot)
         elif mode == "fixed-pivot":
@@ -83,7 +89,11 @@ class StructKVSettings:
         if kv_score not in STRUCTKV_KV_SCORES:
             raise ValueError(f"unknown StructKV KV score {kv_score!r}")
         return cls(config, prefill_ratio, kv_ratio, window, score_window, skeleton == "segments",
-                   kv_score == "centrality")
+                   kv_score == "centrality", min_prompt)
+
+    def prunes(self, prompt_tokens: int) -> bool:
+        """Whether a prompt of ``prompt_tokens`` tokens is pruned (:attr:`min_prompt`)."""
+        return prompt_tokens >= self.min_prompt
 
 
 @dataclass
@@ -98,8 +108,10 @@ class RequestPrune:
         Tokens matched from the prefix cache (not computed, never pruned).
     length : int
         ``n``: tokens this pass computes (positions ``prefix_len .. prefix_len + n - 1``).
-    pruning : PromptPruning
-        Its centrality, statistics and decision.
+    pruning : PromptPruning or None
+        Its centrality, statistics and decision; None when it is served unpruned (a prompt shorter
+        than ``--structkv-min-prompt``): it computes every layer on all its tokens and its KV is
+        left to the ``--kv-policy``.
     computed : Tensor
         ``(c,)`` int64 local indices the layers compute now, sorted (all ``n`` at first).
     group_scores : dict[int, Tensor]
@@ -110,13 +122,13 @@ class RequestPrune:
     row: int
     prefix_len: int
     length: int
-    pruning: PromptPruning
+    pruning: Optional[PromptPruning]
     computed: Tensor
     group_scores: dict[int, Tensor] = field(default_factory=dict)
 
     @property
     def decision(self) -> Optional[PruneDecision]:
-        return self.pruning.decision
+        return None if self.pruning is None else self.pruning.decision
 
     def computes_all(self, layer: int) -> bool:
         """Whether ``layer`` computes (and writes KV for) all ``n`` tokens of the request."""
@@ -161,7 +173,8 @@ class StructKVPass:
             RequestPrune(row, prefix, n,
                          PromptPruning(settings.pivot, num_layers, n, settings.prefill_ratio, settings.score_window,
                                        segments=None if not settings.segments
-                                       else segment_ids(segment_ends[start:start + n])),
+                                       else segment_ids(segment_ends[start:start + n]))
+                         if settings.prunes(prefix + n) else None,
                          torch.arange(n, device=device))
             for row, prefix, n, start in zip(rows, prefix_lens, extend_lens, starts)
         ]
@@ -192,6 +205,10 @@ class StructKVPass:
         """Whether this epoch's scores are the final ones for the view table's policy."""
         return not self.restarts or self.epoch > 0
 
+    def prunes(self, index: int) -> bool:
+        """Whether request ``index`` is pruned (else it runs unpruned, :class:`RequestPrune`)."""
+        return self.requests[index].pruning is not None
+
     def computed(self, index: int, layer: int) -> Optional[Tensor]:
         """``(c,)`` int64 absolute positions of the fresh tokens request ``index`` has K/V for in
         ``layer`` this epoch, or None when it has all of them."""
@@ -205,14 +222,14 @@ class StructKVPass:
         queries score the prompt: None when they read those scores themselves (a fixed pivot, a
         decision already taken, or a window no longer than the statistics')."""
         pivot = self.settings.pivot
-        if not pivot.needs_statistics or self.requests[index].decision is not None \
+        if not pivot.needs_statistics or not self.prunes(index) or self.requests[index].decision is not None \
                 or scored <= pivot.statistics_window:
             return None
         return pivot.statistics_window
 
     def add_scores(self, index: int, layer: int, positions: Tensor, scores: Tensor,
                    statistics_scores: Optional[Tensor] = None) -> None:
-        """One layer's window scores of request ``index``.
+        """One layer's window scores of request ``index`` (a pruned one: :meth:`prunes`).
 
         Parameters
         ----------
@@ -225,6 +242,8 @@ class StructKVPass:
             is not None.
         """
         request = self.requests[index]
+        if request.pruning is None:
+            raise ValueError(f"request {index} is served unpruned: it has no StructKV scores")
         fresh = positions >= request.prefix_len
         dense = self._dense(request, positions, fresh, scores)
         group = self.layer_groups[layer]
@@ -274,12 +293,14 @@ class StructKVPass:
             for request in self.requests:
                 request.group_scores = {}
 
-    def report(self, index: int) -> dict:
+    def report(self, index: int) -> Optional[dict]:
         """What request ``index``'s prefill did: mode, pivot, the layer after which it shrank (or
         restarted), tokens computed, skeleton size, the rows each layer computed in the final
         epoch, the selection (``segments`` or ``tokens``) and, by segments, how many segments the
-        computed part has."""
+        computed part has; None for a request served unpruned."""
         request = self.requests[index]
+        if request.pruning is None:
+            return None
         decision = request.decision
         segments = request.pruning.segments
         rows = [request.length if request.computes_all(layer) else request.computed.numel()
@@ -302,9 +323,11 @@ class StructKVPass:
         Candidates are the tokens every layer of the group computed in the final epoch: all ``n``
         if the group ends before pruning began, else the skeleton. They are ranked by the group's
         own window scores, or with ``settings.kv_centrality`` by the decision's centrality (the
-        group's own scores when no decision was taken).
+        group's own scores when no decision was taken). Only for a pruned request (:meth:`prunes`).
         """
         request = self.requests[index]
+        if request.pruning is None:
+            raise ValueError(f"request {index} is served unpruned: its KV is the --kv-policy's")
         device = request.computed.device
         if request.computes_all(group_layers[-1]):
             candidates = torch.arange(request.length, device=device)

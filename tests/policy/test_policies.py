@@ -222,7 +222,7 @@ def test_pyramidkv_layer_budgets_follow_the_kvpress_formula() -> None:
     t, beta, num_layers = 0.25, 20.0, 5
     budgets = get_policy("pyramidkv", beta=beta).group_budgets(t, num_layers, [1] * num_layers)
     b_min, b_max = t / beta, 2 * t - t / beta
-    assert budgets == pytest.approx([b_max - (b_max - b_min) * l / (num_layers - 1) for l in range(num_layers)])
+    assert budgets == pytest.approx([b_max - (b_max - b_min) * layer / (num_layers - 1) for layer in range(num_layers)])
     assert get_policy("pyramidkv", beta=1.0).group_budgets(t, 3, [3, 3, 2]) == pytest.approx([t] * 3)
     with pytest.raises(ValueError, match="beta must be at least 1"):
         get_policy("pyramidkv", beta=0.5)

@@ -171,7 +171,7 @@ class LayerGroupReads:
         probe = self._distortion_probe(index, is_extend)
         if probe is not None:
             probes.record_distortion(self.views, row, group, query, keys, values, layer.scaling, probe)
-        if prune is not None:
+        if prune is not None and prune.prunes(index):
             scored = min(new, prune.settings.score_window)
             window_q = query[:, new - scored:, :].movedim(0, 1).float()
             keys_f = keys.movedim(0, 1).float()
@@ -198,12 +198,16 @@ class LayerGroupReads:
 
     def _finish_structkv(self, prune: StructKVPass) -> None:
         """After the model's last layer under StructKV: every group keeps what the pass chooses of
-        each request's fresh tokens; then the step closes."""
+        each pruned request's fresh tokens, and compresses each unpruned request as without StructKV
+        (its scores were folded in every layer); then the step closes."""
         assert self.views is not None
         pool: LayerGroupMHAKVPool = self.token_to_kv_pool
         for group, layers in enumerate(pool.layout.ranges):
             for index, (row, seq_len, _, _) in enumerate(self._batch):
-                self.views.keep_only(row, group, seq_len, prune.kv_keep(index, group, layers))
+                if prune.prunes(index):
+                    self.views.keep_only(row, group, seq_len, prune.kv_keep(index, group, layers))
+                else:
+                    self.views.finish_group(row, group, seq_len, True)
         for index, (row, seq_len, _, _) in enumerate(self._batch):
             self.views.views[row].prefill = prune.report(index)
             self.views.finish_step(row, seq_len, True)
