@@ -62,9 +62,17 @@ from typing import Callable, Sequence
 import requests
 from tqdm import tqdm
 
+from bench.common import (
+    exact_mcnemar_p,
+    exit_on_sigterm,
+    git_commit,
+    read_json_files,
+    refuse_flags_given,
+    run_exit_status,
+)
 from sglang_pask.bfcl.checker import check
-from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem, check_categories, load_items
 from sglang_pask.bfcl.constraints import CONSTRAINTS, answer_constraint
+from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem, check_categories, load_items
 from sglang_pask.bfcl.prompt import build_messages
 from sglang_pask.bfcl.report import (
     ConfigResult,
@@ -79,15 +87,26 @@ from sglang_pask.cli_paths import output_file
 from sglang_pask.request_pool import request_pool
 from sglang_pask.server_process import ServerProcess, ServerStartError
 
-from bench.common import (exact_mcnemar_p, exit_on_sigterm, git_commit, read_json_files, refuse_flags_given,
-                          run_exit_status)
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_POLICY = "full"
 PASK_POLICY = "pask"
-LIVE_RUN_FLAGS: tuple[str, ...] = ("categories", "limit", "ids", "split", "policies", "budgets", "grammar",
-                                    "concurrency", "max_tokens", "request_timeout", "port", "server_timeout",
-                                    "radix_cache", "log_dir", "pask_policy")
+LIVE_RUN_FLAGS: tuple[str, ...] = (
+    "categories",
+    "limit",
+    "ids",
+    "split",
+    "policies",
+    "budgets",
+    "grammar",
+    "concurrency",
+    "max_tokens",
+    "request_timeout",
+    "port",
+    "server_timeout",
+    "radix_cache",
+    "log_dir",
+    "pask_policy",
+)
 """Destinations of the flags that shape a run only, refused with ``--from-json``."""
 
 
@@ -248,9 +267,17 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
         response = requests.post(f"{url}/v1/chat/completions", json=body, timeout=timeout_s)
     except requests.Timeout:
         print(f"{item.id}: no answer within --request-timeout {timeout_s:g} s; counted as incorrect", file=sys.stderr)
-        return ItemResult(id=item.id, category=item.category, output="", valid=False, error_type=TIMEOUT_ERROR,
-                          latency_s=time.perf_counter() - start, prompt_tokens=0, completion_tokens=0,
-                          finish_reason="timeout")
+        return ItemResult(
+            id=item.id,
+            category=item.category,
+            output="",
+            valid=False,
+            error_type=TIMEOUT_ERROR,
+            latency_s=time.perf_counter() - start,
+            prompt_tokens=0,
+            completion_tokens=0,
+            finish_reason="timeout",
+        )
     latency = time.perf_counter() - start
     if response.status_code != 200:
         raise requests.HTTPError(f"{item.id}: HTTP {response.status_code}: {response.text[:500]}")
@@ -298,8 +325,7 @@ def run_config(
     start = time.perf_counter()
     with request_pool(args.concurrency) as pool:
         futures = [
-            pool.submit(ask, url, model, item, args.grammar, args.max_tokens, args.request_timeout)
-            for item in items
+            pool.submit(ask, url, model, item, args.grammar, args.max_tokens, args.request_timeout) for item in items
         ]
         with tqdm(total=len(futures), desc=f"{policy}@{budget:g}", unit="item") as bar:
             for future in as_completed(futures):
@@ -312,8 +338,9 @@ def run_config(
     return ConfigResult(policy=policy, budget=budget, items=ordered, wall_s=wall, server={"url": url, "model": model})
 
 
-def server_flags(server_args: str, policy: str, budget: float, radix_cache: bool,
-                 pask_policy: str | None = None) -> list[str]:
+def server_flags(
+    server_args: str, policy: str, budget: float, radix_cache: bool, pask_policy: str | None = None
+) -> list[str]:
     """Launcher arguments of one configuration's server: ``server_args`` (shell syntax), the policy and
     budget, ``--pask-policy pask_policy`` for the ``pask`` configurations only (the launcher refuses it
     for every other policy), and ``--disable-radix-cache`` unless ``radix_cache`` (or ``server_args``
@@ -337,54 +364,83 @@ def machine_info() -> dict[str, str | int]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="python -m bench.bfcl", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.bfcl",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     where = p.add_mutually_exclusive_group()
     where.add_argument("--url", help="a running server (then one policy and budget: labels only)")
     where.add_argument("--server-args", help="start servers with these launcher arguments (shell syntax)")
-    where.add_argument("--from-json", nargs="+", metavar="JSON[:TAG]",
-                       help="run nothing: re-render table, --markdown and --plot from these --json files "
-                            "(several runs are shown side by side; one configuration's runs over disjoint "
-                            "items are pooled); JSON:TAG names that file's configurations POLICY-TAG@BUDGET "
-                            "(e.g. runs with other server flags at the same policy and budget: "
-                            "k4v2.json:k4v2 gives pask-k4v2@0.047, for --compare-to too); the flags that only "
-                            "shape a run (--limit, --policies ...) are refused with it")
+    where.add_argument(
+        "--from-json",
+        nargs="+",
+        metavar="JSON[:TAG]",
+        help="run nothing: re-render table, --markdown and --plot from these --json files "
+        "(several runs are shown side by side; one configuration's runs over disjoint "
+        "items are pooled); JSON:TAG names that file's configurations POLICY-TAG@BUDGET "
+        "(e.g. runs with other server flags at the same policy and budget: "
+        "k4v2.json:k4v2 gives pask-k4v2@0.047, for --compare-to too); the flags that only "
+        "shape a run (--limit, --policies ...) are refused with it",
+    )
     p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="AST categories")
     p.add_argument("--limit", type=int, help="at most N items per category (first in file order)")
     p.add_argument("--ids", help="file of item ids (one per line) to evaluate exactly")
     p.add_argument("--split", choices=SPLITS, help="only the evaluation or the calibration split")
     p.add_argument("--policies", nargs="+", default=[FULL_POLICY], help="KV policies")
     p.add_argument("--budgets", nargs="+", default=["0.33", "0.2"], help="KV budgets in (0, 1]")
-    p.add_argument("--grammar", choices=CONSTRAINTS, default="ebnf",
-                   help="answer constraint (regex: same language as ebnf, but 10-450 s to compile per item on CPU; "
-                        "ebnf-strict: the function docs enforced as strict tools: declared order, required "
-                        "arguments, value types and enums, see sglang_pask.bfcl.strict_grammar)")
-    p.add_argument("--pask-policy", metavar="JSON",
-                   help="PASK policy file of the pask servers only (None: the launcher's default, the file shipped "
-                        "for the served model); the launcher refuses --pask-policy for other policies, so with "
-                        "several policies it goes here and not in --server-args")
+    p.add_argument(
+        "--grammar",
+        choices=CONSTRAINTS,
+        default="ebnf",
+        help="answer constraint (regex: same language as ebnf, but 10-450 s to compile per item on CPU; "
+        "ebnf-strict: the function docs enforced as strict tools: declared order, required "
+        "arguments, value types and enums, see sglang_pask.bfcl.strict_grammar)",
+    )
+    p.add_argument(
+        "--pask-policy",
+        metavar="JSON",
+        help="PASK policy file of the pask servers only (None: the launcher's default, the file shipped "
+        "for the served model); the launcher refuses --pask-policy for other policies, so with "
+        "several policies it goes here and not in --server-args",
+    )
     p.add_argument("--concurrency", type=int, default=4, help="requests in flight")
     p.add_argument("--max-tokens", type=int, default=256, help="answer length cap")
-    p.add_argument("--request-timeout", type=float, default=900.0,
-                   help="seconds per request; an answer that takes longer counts as incorrect (request_timeout)")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=900.0,
+        help="seconds per request; an answer that takes longer counts as incorrect (request_timeout)",
+    )
     p.add_argument("--port", type=int, help="server port when starting servers (None: a free one each time)")
     p.add_argument("--server-timeout", type=float, default=900.0, help="seconds to wait for /health")
-    p.add_argument("--radix-cache", action="store_true",
-                   help="keep SGLang's radix prefix cache on in the servers started (off by default: then every "
-                        "item's KV is compressed by its own question; with it on, a compressed request reads a "
-                        "shared prefix, such as BFCL's system prompt, as the request that first computed it kept it, "
-                        "so answers depend on the order the items ran in)")
+    p.add_argument(
+        "--radix-cache",
+        action="store_true",
+        help="keep SGLang's radix prefix cache on in the servers started (off by default: then every "
+        "item's KV is compressed by its own question; with it on, a compressed request reads a "
+        "shared prefix, such as BFCL's system prompt, as the request that first computed it kept it, "
+        "so answers depend on the order the items ran in)",
+    )
     p.add_argument("--log-dir", help="folder for server logs (None: a new temporary folder)")
     p.add_argument("--json", type=output_file, help="write all results here")
     p.add_argument("--markdown", type=output_file, help="write a markdown report here")
     p.add_argument("--plot", type=output_file, help="write the accuracy-vs-budget PNG here")
-    p.add_argument("--only", nargs="+", metavar="POLICY@BUDGET",
-                   help="with --from-json: show only these configurations (after tags), in this order; the "
-                        "files may hold others, over other items")
-    p.add_argument("--compare-to", nargs="+", metavar="POLICY@BUDGET",
-                   help="configurations (e.g. full@1 streaming-llm@0.28) that every configuration is compared "
-                        "with: the difference of the averages in points and its 95%% interval by a paired, "
-                        "per-category bootstrap over the items (default: full@1 when it ran)")
+    p.add_argument(
+        "--only",
+        nargs="+",
+        metavar="POLICY@BUDGET",
+        help="with --from-json: show only these configurations (after tags), in this order; the "
+        "files may hold others, over other items",
+    )
+    p.add_argument(
+        "--compare-to",
+        nargs="+",
+        metavar="POLICY@BUDGET",
+        help="configurations (e.g. full@1 streaming-llm@0.28) that every configuration is compared "
+        "with: the difference of the averages in points and its 95%% interval by a paired, "
+        "per-category bootstrap over the items (default: full@1 when it ran)",
+    )
     return p
 
 
@@ -420,8 +476,9 @@ def comparison_references(configs: Sequence[ConfigResult], labels: Sequence[str]
         policy, budget = parse_config_label(word)
         found = [c for c in configs if c.policy == policy and abs(c.budget - budget) < 1e-9]
         if not found:
-            raise ValueError(f"--compare-to: {word} is not among the configurations "
-                             f"({', '.join(c.label for c in configs)})")
+            raise ValueError(
+                f"--compare-to: {word} is not among the configurations ({', '.join(c.label for c in configs)})"
+            )
         references.append(found[0])
     return references
 
@@ -444,10 +501,15 @@ def _check_pask_policy(args: argparse.Namespace, policies: Sequence[str]) -> Non
         if not Path(args.pask_policy).is_file():
             raise ValueError(f"--pask-policy: no such file: {args.pask_policy}")
     others = [p for p in policies if p != PASK_POLICY]
-    if args.server_args is not None and others and any(
-            flag == "--pask-policy" or flag.startswith("--pask-policy=") for flag in shlex.split(args.server_args)):
-        raise ValueError(f"--server-args holds --pask-policy, which the launcher refuses for {', '.join(others)}: "
-                         f"give it as the bench's own --pask-policy (used by the pask servers only)")
+    if (
+        args.server_args is not None
+        and others
+        and any(flag == "--pask-policy" or flag.startswith("--pask-policy=") for flag in shlex.split(args.server_args))
+    ):
+        raise ValueError(
+            f"--server-args holds --pask-policy, which the launcher refuses for {', '.join(others)}: "
+            f"give it as the bench's own --pask-policy (used by the pask servers only)"
+        )
 
 
 def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
@@ -524,8 +586,14 @@ def only_configs(records: Sequence[dict], labels: Sequence[str]) -> tuple[list[d
     wanted = [parse_config_label(word, flag="--only") for word in labels]
 
     def rank(config: dict) -> int:
-        return next((i for i, (policy, budget) in enumerate(wanted)
-                     if config["policy"] == policy and abs(config["budget"] - budget) < 1e-9), -1)
+        return next(
+            (
+                i
+                for i, (policy, budget) in enumerate(wanted)
+                if config["policy"] == policy and abs(config["budget"] - budget) < 1e-9
+            ),
+            -1,
+        )
 
     found = {rank(c) for record in records for c in record["configs"]}
     missing = [labels[i] for i in range(len(wanted)) if i not in found]
@@ -572,15 +640,19 @@ def merge_records(records: Sequence[dict]) -> dict:
             seen = {item["id"] for item in found["items"]}
             twice = [item["id"] for item in config["items"] if item["id"] in seen]
             if twice:
-                raise ValueError(f"configuration {key[0]}@{key[1]:g} answered {twice[0]} in more than one run "
-                                 f"({len(twice)} items twice)")
+                raise ValueError(
+                    f"configuration {key[0]}@{key[1]:g} answered {twice[0]} in more than one run "
+                    f"({len(twice)} items twice)"
+                )
             found["items"].extend(config["items"])
             found["wall_s"] = found["wall_s"] + config["wall_s"]
     configs = list(pooled.values())
     for config in configs[1:]:
         if sorted(i["id"] for i in config["items"]) != sorted(i["id"] for i in configs[0]["items"]):
-            raise ValueError(f"configuration {config['policy']}@{config['budget']:g} answered other items than "
-                             f"{configs[0]['policy']}@{configs[0]['budget']:g}")
+            raise ValueError(
+                f"configuration {config['policy']}@{config['budget']:g} answered other items than "
+                f"{configs[0]['policy']}@{configs[0]['budget']:g}"
+            )
     merged = dict(records[0])
     merged["configs"] = [config_entry(c) for c in configs_from_record({"configs": configs})]
     merged["n_items"] = len(configs[0]["items"]) if configs else 0
@@ -596,12 +668,18 @@ def _run_lines(record: dict) -> list[str]:
     runs = record.get("runs") or [record]
     if len(runs) == 1:
         run = runs[0]
-        return [f"- command: `{run['command']}`", f"- date: {run['date']}",
-                f"- machine: {run['machine']['uname']}; nproc {run['machine']['nproc']}", f"- commit: {run['commit']}"]
+        return [
+            f"- command: `{run['command']}`",
+            f"- date: {run['date']}",
+            f"- machine: {run['machine']['uname']}; nproc {run['machine']['nproc']}",
+            f"- commit: {run['commit']}",
+        ]
     lines = [f"- {len(runs)} runs, side by side (a configuration's runs over other items pooled):"]
     for run in runs:
-        lines.append(f"  - `{run['command']}` ({run['date']}, commit {run['commit']}, "
-                     f"{run['machine']['uname']}; nproc {run['machine']['nproc']})")
+        lines.append(
+            f"  - `{run['command']}` ({run['date']}, commit {run['commit']}, "
+            f"{run['machine']['uname']}; nproc {run['machine']['nproc']})"
+        )
     return lines
 
 
@@ -624,8 +702,9 @@ def disagreements(config: ConfigResult, reference: ConfigResult) -> tuple[int, i
     mine = {r.id: r.valid for r in config.items}
     theirs = {r.id: r.valid for r in reference.items}
     if mine.keys() != theirs.keys():
-        raise ValueError(f"{config.label} and {reference.label} did not answer the same items, "
-                         "so their answers cannot be paired")
+        raise ValueError(
+            f"{config.label} and {reference.label} did not answer the same items, so their answers cannot be paired"
+        )
     only_mine = sum(valid and not theirs[item] for item, valid in mine.items())
     only_theirs = sum(valid and not mine[item] for item, valid in theirs.items())
     return only_mine, only_theirs
@@ -635,8 +714,10 @@ def format_item_by_item(configs: Sequence[ConfigResult], references: Sequence[Co
     """Markdown table: per configuration and reference, the items only one of the two answered right
     (``only this : only the reference``) and the exact two-sided McNemar p of that split
     (:func:`bench.common.exact_mcnemar_p`); a configuration is not compared with itself (``-``)."""
-    lines = ["| config | " + " | ".join(f"against {ref.label}" for ref in references) + " |",
-             "|---|" + "---:|" * len(references)]
+    lines = [
+        "| config | " + " | ".join(f"against {ref.label}" for ref in references) + " |",
+        "|---|" + "---:|" * len(references),
+    ]
     for config in configs:
         cells = []
         for ref in references:
@@ -654,11 +735,18 @@ def _differences_lines(configs: Sequence[ConfigResult], references: Sequence[Con
     each followed by a blank line; nothing when there is nothing to compare."""
     if not references or len(configs) < 2:
         return []
-    return [f"Difference of the averages in points, [{COMPARISON_LEVEL:.0%} interval] by a paired bootstrap "
-            "that redraws each category's items:", "", format_differences(configs, references, COMPARISON_LEVEL), "",
-            "Item by item: items only the row's configuration answered right : items only the column's did "
-            "(exact two-sided McNemar p; a small p says more than the luck of the items drawn):", "",
-            format_item_by_item(configs, references), ""]
+    return [
+        f"Difference of the averages in points, [{COMPARISON_LEVEL:.0%} interval] by a paired bootstrap "
+        "that redraws each category's items:",
+        "",
+        format_differences(configs, references, COMPARISON_LEVEL),
+        "",
+        "Item by item: items only the row's configuration answered right : items only the column's did "
+        "(exact two-sided McNemar p; a small p says more than the luck of the items drawn):",
+        "",
+        format_item_by_item(configs, references),
+        "",
+    ]
 
 
 def _report_markdown(record: dict, configs: Sequence[ConfigResult], references: Sequence[ConfigResult]) -> str:
@@ -711,8 +799,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.only is not None and not args.from_json:
         parser.error("--only: chooses among --from-json's configurations; for a run, --policies and --budgets do")
     if args.from_json:
-        refuse_flags_given(parser, args, LIVE_RUN_FLAGS, "only shape a run; --from-json runs nothing "
-                           "(it re-renders the answers the files hold)")
+        refuse_flags_given(
+            parser,
+            args,
+            LIVE_RUN_FLAGS,
+            "only shape a run; --from-json runs nothing (it re-renders the answers the files hold)",
+        )
         try:
             sources = [split_run_tag(word) for word in args.from_json]
         except ValueError as exc:
@@ -720,7 +812,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         records = read_json_files(parser, [name for name, _ in sources])
         for (name, _), r in zip(sources, records):
             if not isinstance(r, dict) or not isinstance(r.get("configs"), list):
-                parser.error(f"--from-json: {name} is not a python -m bench.bfcl --json file (no \"configs\" list)")
+                parser.error(f'--from-json: {name} is not a python -m bench.bfcl --json file (no "configs" list)')
         records = [tag_record(r, tag) for r, (_, tag) in zip(records, sources)]
         rank = None
         if args.only is not None:
@@ -787,8 +879,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "max_tokens": args.max_tokens,
         "concurrency": args.concurrency,
         # None: asked a running server (--url), whose cache setting the bench does not know.
-        "radix_cache": None if args.url is not None else (
-            args.radix_cache and "--disable-radix-cache" not in shlex.split(args.server_args)),
+        "radix_cache": None
+        if args.url is not None
+        else (args.radix_cache and "--disable-radix-cache" not in shlex.split(args.server_args)),
         "n_items": len(items),
         "complete": error is None,
         **({} if error is None else {"error": error}),
@@ -798,16 +891,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
     if configs:
         _render(record, configs, args)
-    return run_exit_status(error, f"the {len(configs)} configuration(s) finished before it are in the table above "
-                                  "(and in --json / --markdown / --plot; the JSON says complete: false)" if configs else None)
+    return run_exit_status(
+        error,
+        f"the {len(configs)} configuration(s) finished before it are in the table above "
+        "(and in --json / --markdown / --plot; the JSON says complete: false)"
+        if configs
+        else None,
+    )
 
 
 def _config_failure(policy: str, budget: float, exc: Exception, server: ServerProcess) -> str:
     """What to tell the user when a configuration's server did not start or stopped answering."""
     if isinstance(exc, ServerStartError):
         return f"the {policy}@{budget:g} server did not start: {exc}"
-    return (f"the {policy}@{budget:g} run failed ({type(exc).__name__}: {exc}); the server's log ended:\n"
-            f"{server.log_tail(10)}")
+    return (
+        f"the {policy}@{budget:g} run failed ({type(exc).__name__}: {exc}); the server's log ended:\n"
+        f"{server.log_tail(10)}"
+    )
 
 
 if __name__ == "__main__":

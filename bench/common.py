@@ -68,8 +68,11 @@ def run_header(prog: str, argv: Sequence[str] | None) -> dict[str, Any]:
     return {
         "command": " ".join([prog, *(shlex.quote(a) for a in args)]),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "processor": platform.processor() or platform.machine(),
-                    "nproc": os.cpu_count()},
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "nproc": os.cpu_count(),
+        },
         "commit": git_commit(),
     }
 
@@ -77,15 +80,20 @@ def run_header(prog: str, argv: Sequence[str] | None) -> dict[str, Any]:
 def markdown_header(title: str, header: dict[str, Any]) -> str:
     """A result file's Markdown opening: ``title`` and the :func:`run_header` fields as a list."""
     machine = header["machine"]
-    return "\n".join([
-        f"# {title}",
-        "",
-        f"- command: `{header['command']}`",
-        f"- date: {header['date']}",
-        f"- machine: {machine['platform']} ({machine['processor']}), nproc {machine.get('nproc', '?')}",
-        f"- commit: {header['commit']}",
-        "",
-    ]) + "\n"
+    return (
+        "\n".join(
+            [
+                f"# {title}",
+                "",
+                f"- command: `{header['command']}`",
+                f"- date: {header['date']}",
+                f"- machine: {machine['platform']} ({machine['processor']}), nproc {machine.get('nproc', '?')}",
+                f"- commit: {header['commit']}",
+                "",
+            ]
+        )
+        + "\n"
+    )
 
 
 def median_ms(fn: Callable[[], object], repeats: int, device: Any) -> float:
@@ -136,8 +144,9 @@ def read_json_files(parser: argparse.ArgumentParser, names: Sequence[str], flag:
     return records
 
 
-def refuse_flags_given(parser: argparse.ArgumentParser, args: argparse.Namespace, dests: Sequence[str],
-                       because: str) -> None:
+def refuse_flags_given(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, dests: Sequence[str], because: str
+) -> None:
     """A usage error (``parser.error``: exit 2) naming every flag of ``dests`` (argparse destinations,
     flag ``--a-b`` for ``a_b``) whose value differs from its default, ``because`` saying why such flags
     mean nothing here (e.g. a replay of earlier runs, which starts no server)."""

@@ -92,7 +92,9 @@ def layer_groups_of(ranges: Sequence[str]) -> list[int]:
     return group_of
 
 
-def group_masks(prompt_len: int, total_len: int, kept: Sequence[Sequence[int]], dtype: torch.dtype) -> list[torch.Tensor]:
+def group_masks(
+    prompt_len: int, total_len: int, kept: Sequence[Sequence[int]], dtype: torch.dtype
+) -> list[torch.Tensor]:
     """Additive attention masks, one per layer group, for a teacher-forced pass over prompt and answer.
 
     Parameters
@@ -128,8 +130,9 @@ def group_masks(prompt_len: int, total_len: int, kept: Sequence[Sequence[int]], 
     return masks
 
 
-def replay_logprobs(model: Any, token_ids: Sequence[int], prompt_len: int, layer_masks: Sequence[torch.Tensor] | None
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def replay_logprobs(
+    model: Any, token_ids: Sequence[int], prompt_len: int, layer_masks: Sequence[torch.Tensor] | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One teacher-forced pass of a transformers causal LM over ``token_ids``.
 
     Parameters
@@ -153,13 +156,14 @@ def replay_logprobs(model: Any, token_ids: Sequence[int], prompt_len: int, layer
     handles = []
     if layer_masks is not None:
         for layer, mask in zip(model.model.layers, layer_masks):
+
             def use_mask(module: Any, args: tuple, kwargs: dict, mask: torch.Tensor = mask) -> tuple[tuple, dict]:
                 return args, {**kwargs, "attention_mask": mask}
 
             handles.append(layer.self_attn.register_forward_pre_hook(use_mask, with_kwargs=True))
     try:
         with torch.no_grad():
-            logits = model(input_ids=ids).logits[0, prompt_len - 1: -1].double()
+            logits = model(input_ids=ids).logits[0, prompt_len - 1 : -1].double()
     finally:
         for handle in handles:
             handle.remove()
@@ -168,8 +172,15 @@ def replay_logprobs(model: Any, token_ids: Sequence[int], prompt_len: int, layer
     return logprobs.gather(1, answer[:, None])[:, 0], logprobs.argmax(dim=-1)
 
 
-def compare_item(model: Any, group_of_layer: Sequence[int], item_id: str, prompt_ids: Sequence[int],
-                 answer_ids: Sequence[int], server_logprobs: Sequence[float], kept: Sequence[Sequence[int]]) -> ItemReplay:
+def compare_item(
+    model: Any,
+    group_of_layer: Sequence[int],
+    item_id: str,
+    prompt_ids: Sequence[int],
+    answer_ids: Sequence[int],
+    server_logprobs: Sequence[float],
+    kept: Sequence[Sequence[int]],
+) -> ItemReplay:
     """Replay one server answer masked to ``kept`` and unmasked, and compare both with the server."""
     prompt_len, answer_len = len(prompt_ids), len(answer_ids)
     token_ids = [*prompt_ids, *answer_ids]
@@ -193,7 +204,9 @@ def compare_item(model: Any, group_of_layer: Sequence[int], item_id: str, prompt
     )
 
 
-def ask(url: str, prompt_ids: Sequence[int], max_new_tokens: int, timeout_s: float) -> tuple[list[int], list[float], list[list[int]]]:
+def ask(
+    url: str, prompt_ids: Sequence[int], max_new_tokens: int, timeout_s: float
+) -> tuple[list[int], list[float], list[list[int]]]:
     """A greedy, unconstrained ``/generate`` with log-probabilities and ``return_kv_kept``.
 
     Returns
@@ -239,9 +252,11 @@ def summary_lines(replays: Sequence[ItemReplay]) -> list[str]:
     ]
     for r in replays:
         shares = " / ".join(f"{s:.2f}" for s in r.kept_share)
-        lines.append(f"| {r.id} | {r.prompt_tokens} | {r.answer_tokens} | {shares} | {'yes' if r.answer_kept else 'NO'} "
-                     f"| {r.masked_max_abs_diff:.2e} | {r.masked_greedy_agree}/{r.answer_tokens} "
-                     f"| {r.full_max_abs_diff:.2e} | {r.full_greedy_agree}/{r.answer_tokens} |")
+        lines.append(
+            f"| {r.id} | {r.prompt_tokens} | {r.answer_tokens} | {shares} | {'yes' if r.answer_kept else 'NO'} "
+            f"| {r.masked_max_abs_diff:.2e} | {r.masked_greedy_agree}/{r.answer_tokens} "
+            f"| {r.full_max_abs_diff:.2e} | {r.full_greedy_agree}/{r.answer_tokens} |"
+        )
     steps = sum(r.answer_tokens for r in replays)
     lines += [
         "",
@@ -257,12 +272,18 @@ def summary_lines(replays: Sequence[ItemReplay]) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line interface."""
-    p = argparse.ArgumentParser(prog="python -m bench.kept_set_reference", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.kept_set_reference",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--model-path", help="model to serve and replay (None: the default model)")
-    p.add_argument("--server-args", default=DEFAULT_SERVER_ARGS,
-                   help="launcher arguments of the compressed server (shell syntax; --kv-decode keep required, "
-                        "--structkv and --kv-dropped 2bit refused; --disable-radix-cache is added)")
+    p.add_argument(
+        "--server-args",
+        default=DEFAULT_SERVER_ARGS,
+        help="launcher arguments of the compressed server (shell syntax; --kv-decode keep required, "
+        "--structkv and --kv-dropped 2bit refused; --disable-radix-cache is added)",
+    )
     p.add_argument("--categories", nargs="+", default=list(AST_CATEGORIES), help="BFCL AST categories")
     p.add_argument("--split", choices=SPLITS, default="calib", help="BFCL split the items come from")
     p.add_argument("--limit", type=int, default=1, help="items per category (the first ones)")
@@ -278,7 +299,7 @@ def _flag_value(flags: Sequence[str], name: str) -> str | None:
     """The word after ``name`` in ``flags`` ("" if ``name`` ends them), or None if ``name`` is absent."""
     if name not in flags:
         return None
-    rest = flags[flags.index(name) + 1:]
+    rest = flags[flags.index(name) + 1 :]
     return rest[0] if rest else ""
 
 
@@ -287,18 +308,24 @@ def checked_server_args(parser: argparse.ArgumentParser, text: str) -> list[str]
     float32`` and ``--disable-radix-cache`` added where missing."""
     flags = shlex.split(text)
     if _flag_value(flags, "--kv-decode") != "keep":
-        parser.error("--server-args needs --kv-decode keep: when decode compresses, the kept set changes while the "
-                     "answer is written and its last state describes no single step")
+        parser.error(
+            "--server-args needs --kv-decode keep: when decode compresses, the kept set changes while the "
+            "answer is written and its last state describes no single step"
+        )
     for flag in REFUSED_FLAGS:
         if flag in flags:
             parser.error(f"--server-args: {flag} prunes the prefill itself, which this replay does not model")
     if _flag_value(flags, "--kv-dropped") not in (None, "drop"):
-        parser.error("--server-args: --kv-dropped 2bit keeps dropped tokens at 2 bits, and this replay reads only "
-                     "the full-precision kept set")
+        parser.error(
+            "--server-args: --kv-dropped 2bit keeps dropped tokens at 2 bits, and this replay reads only "
+            "the full-precision kept set"
+        )
     if "--kv-policy" not in flags:
         parser.error("--server-args needs a --kv-policy (a compressed server is what is checked)")
     if "--model-path" in flags:
-        parser.error("give the model with --model-path, not inside --server-args (both the server and the replay use it)")
+        parser.error(
+            "give the model with --model-path, not inside --server-args (both the server and the replay use it)"
+        )
     dtype = _flag_value(flags, "--dtype")
     if dtype is None:
         flags += ["--dtype", "float32"]
@@ -338,7 +365,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         dtype = str(_flag_value(flags, "--dtype"))
         model = load_reference(model_path, DTYPES[dtype])
         if len(group_of_layer) != len(model.model.layers):
-            raise SystemExit(f"the server's groups cover {len(group_of_layer)} layers, the model has {len(model.model.layers)}")
+            raise SystemExit(
+                f"the server's groups cover {len(group_of_layer)} layers, the model has {len(model.model.layers)}"
+            )
         for item in tqdm(items, desc="replay", unit="item"):
             text = tokenizer.apply_chat_template(build_messages(item), add_generation_prompt=True, tokenize=False)
             prompt_ids = tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -348,12 +377,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         server.stop()
     lines = summary_lines(replays)
     print("\n".join(lines))
-    record = {**header, "server_args": flags, "model_path": model_path, "dtype": dtype,
-              "items": [asdict(r) for r in replays]}
+    record = {
+        **header,
+        "server_args": flags,
+        "model_path": model_path,
+        "dtype": dtype,
+        "items": [asdict(r) for r in replays],
+    }
     if args.json:
         Path(args.json).write_text(json.dumps(record, indent=1))
     if args.markdown:
-        Path(args.markdown).write_text(markdown_header("Kept-set replay in transformers", record) + "\n".join(lines) + "\n")
+        Path(args.markdown).write_text(
+            markdown_header("Kept-set replay in transformers", record) + "\n".join(lines) + "\n"
+        )
     return 0
 
 

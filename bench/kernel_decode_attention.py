@@ -32,6 +32,7 @@ Usage (from the repository root; needs only torch and triton)::
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import statistics
@@ -52,12 +53,14 @@ from sglang_pask.cli_paths import output_file  # noqa: E402
 def load_kernels() -> Any:
     """The ``kernels/`` folder as a package, from a bare checkout (the GPU machine has no install)."""
     spec = importlib.util.spec_from_file_location(
-        "pask_kernels", REPO_ROOT / "kernels" / "__init__.py", submodule_search_locations=[str(REPO_ROOT / "kernels")])
+        "pask_kernels", REPO_ROOT / "kernels" / "__init__.py", submodule_search_locations=[str(REPO_ROOT / "kernels")]
+    )
     package = importlib.util.module_from_spec(spec)
     sys.modules["pask_kernels"] = package
     spec.loader.exec_module(package)
     return importlib.import_module("pask_kernels.lowbit_decode_attention"), importlib.import_module(
-        "pask_kernels.kv_lowbit")
+        "pask_kernels.kv_lowbit"
+    )
 
 
 decode, kv_lowbit = load_kernels()
@@ -80,8 +83,14 @@ class Row:
     matches_reference: bool | None
 
 
-def build_inputs(batch: int, context: int, full_tokens: int, bits: tuple[int, int] | None, args: argparse.Namespace,
-                 device: torch.device) -> dict[str, Any]:
+def build_inputs(
+    batch: int,
+    context: int,
+    full_tokens: int,
+    bits: tuple[int, int] | None,
+    args: argparse.Namespace,
+    device: torch.device,
+) -> dict[str, Any]:
     """A token pool and the kernel's arguments: each request ``full_tokens`` tokens at its own run of
     slots and, with ``bits``, the rest of its ``context`` tokens in low-bit blocks in other slots."""
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -99,11 +108,12 @@ def build_inputs(batch: int, context: int, full_tokens: int, bits: tuple[int, in
         block_slots = torch.arange(batch * full_tokens + 1, slots, device=device).view(batch * blocks, rows)
         tokens = kv_lowbit.BLOCK_TOKENS
         for start in range(0, batch * blocks, 256):  # pack real blocks, a chunk at a time
-            chunk = block_slots[start:start + 256]
+            chunk = block_slots[start : start + 256]
             keys = torch.randn(chunk.shape[0], tokens, heads, dim, device=device, generator=gen)
             values = torch.randn(chunk.shape[0], tokens, heads, dim, device=device, generator=gen)
-            packed = torch.cat((kv_lowbit.quantize_key_blocks(keys, bits[0]),
-                                kv_lowbit.quantize_value_blocks(values, bits[1])), dim=1)
+            packed = torch.cat(
+                (kv_lowbit.quantize_key_blocks(keys, bits[0]), kv_lowbit.quantize_value_blocks(values, bits[1])), dim=1
+            )
             halves = packed.view(chunk.shape[0], 2, -1)
             k_buffer[chunk.reshape(-1)] = halves[:, 0].contiguous().view(dtype).reshape(-1, heads, dim)
             v_buffer[chunk.reshape(-1)] = halves[:, 1].contiguous().view(dtype).reshape(-1, heads, dim)
@@ -113,12 +123,16 @@ def build_inputs(batch: int, context: int, full_tokens: int, bits: tuple[int, in
         masks[:, -1] = (1 << last) - 1
     return {
         "q": torch.randn(batch, args.q_heads, dim, device=device, dtype=dtype, generator=gen),
-        "k_buffer": k_buffer, "v_buffer": v_buffer,
+        "k_buffer": k_buffer,
+        "v_buffer": v_buffer,
         "kv_indptr": torch.arange(0, batch * full_tokens + 1, full_tokens, device=device, dtype=torch.int32),
         "kv_indices": kv_indices,
         "block_indptr": (torch.arange(batch + 1, device=device) * blocks).to(torch.int32),
-        "block_slots": block_slots, "block_masks": masks[:, :blocks].reshape(-1),
-        "key_bits": bits[0] if bits else 4, "value_bits": bits[1] if bits else 2, "sm_scale": dim ** -0.5,
+        "block_slots": block_slots,
+        "block_masks": masks[:, :blocks].reshape(-1),
+        "key_bits": bits[0] if bits else 4,
+        "value_bits": bits[1] if bits else 2,
+        "sm_scale": dim**-0.5,
     }
 
 
@@ -151,10 +165,14 @@ def check(inputs: dict[str, Any], requests: int) -> tuple[float, bool]:
     batch = inputs["q"].shape[0]
     requests = min(requests, batch)
     blocks_per = int(inputs["block_indptr"][1]) if batch else 0
-    sub = {**inputs, "q": inputs["q"][:requests], "kv_indptr": inputs["kv_indptr"][:requests + 1],
-           "block_indptr": inputs["block_indptr"][:requests + 1],
-           "block_slots": inputs["block_slots"][:requests * blocks_per],
-           "block_masks": inputs["block_masks"][:requests * blocks_per]}
+    sub = {
+        **inputs,
+        "q": inputs["q"][:requests],
+        "kv_indptr": inputs["kv_indptr"][: requests + 1],
+        "block_indptr": inputs["block_indptr"][: requests + 1],
+        "block_slots": inputs["block_slots"][: requests * blocks_per],
+        "block_masks": inputs["block_masks"][: requests * blocks_per],
+    }
     got = decode.lowbit_decode_attention_triton(**sub)
     expected = decode.lowbit_decode_attention_reference(**sub)
     diff = (got.float() - expected.float()).abs().max().item()
@@ -165,8 +183,12 @@ def check(inputs: dict[str, Any], requests: int) -> tuple[float, bool]:
 def configurations(context: int, args: argparse.Namespace) -> list[tuple[str, int, tuple[int, int] | None]]:
     """(name, full-precision tokens per request, low-bit widths or None) of every layer-group configuration."""
     full_share = max(1, round(args.full_share * context))
-    return [("pergroup_full", context, None), ("k4v2", full_share, LOWBIT["k4v2"]),
-            ("2bit", full_share, LOWBIT["2bit"]), ("drop", max(1, round(args.drop_share * context)), None)]
+    return [
+        ("pergroup_full", context, None),
+        ("k4v2", full_share, LOWBIT["k4v2"]),
+        ("2bit", full_share, LOWBIT["2bit"]),
+        ("drop", max(1, round(args.drop_share * context)), None),
+    ]
 
 
 def bench_context(context: int, args: argparse.Namespace, device: torch.device, timed: bool) -> list[Row]:
@@ -184,33 +206,50 @@ def bench_context(context: int, args: argparse.Namespace, device: torch.device, 
         rows.append(Row(context, "contiguous", 1.0, contiguous_ms, None, 1.0, None, None))
     full_ms = None
     for name, full_tokens, bits in configurations(context, args):
-        inputs = build_inputs(args.check_requests if not timed else args.batch, context, full_tokens, bits, args,
-                              device)
+        inputs = build_inputs(
+            args.check_requests if not timed else args.batch, context, full_tokens, bits, args, device
+        )
         diff, close = check(inputs, args.check_requests)
-        ms = cuda_median_ms(lambda: decode.lowbit_decode_attention_triton(**inputs), args.repeats) if timed else None
+        step = functools.partial(decode.lowbit_decode_attention_triton, **inputs)
+        ms = cuda_median_ms(step, args.repeats) if timed else None
         if name == "pergroup_full":
             full_ms = ms
-        rows.append(Row(context, name, bytes_share(context, full_tokens, bits, itemsize), ms,
-                        None if ms is None or full_ms is None else full_ms / ms,
-                        None if ms is None or contiguous_ms is None else contiguous_ms / ms, diff, close))
-        del inputs
+        rows.append(
+            Row(
+                context,
+                name,
+                bytes_share(context, full_tokens, bits, itemsize),
+                ms,
+                None if ms is None or full_ms is None else full_ms / ms,
+                None if ms is None or contiguous_ms is None else contiguous_ms / ms,
+                diff,
+                close,
+            )
+        )
+        del inputs, step
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return rows
 
 
 def print_table(rows: list[Row]) -> None:
-    head = (f"{'context':>8} {'config':>14} {'bytes':>6} {'ms':>9} {'x pergroup_full':>16} {'x contiguous':>13}"
-            f" {'max |diff|':>11} {'close':>6}")
+    head = (
+        f"{'context':>8} {'config':>14} {'bytes':>6} {'ms':>9} {'x pergroup_full':>16} {'x contiguous':>13}"
+        f" {'max |diff|':>11} {'close':>6}"
+    )
     print(head)
     print("-" * len(head))
     for r in rows:
         close = "-" if r.matches_reference is None else ("yes" if r.matches_reference else "NO")
-        print(f"{r.context:>8} {r.config:>14} {r.bytes_share:>6.3f} {optional_cell(r.ms, '.4f'):>9}"
-              f" {optional_cell(r.speedup_vs_pergroup_full, '.2f'):>16} {optional_cell(r.speedup_vs_contiguous, '.2f'):>13}"
-              f" {optional_cell(r.max_abs_diff, '.2e'):>11} {close:>6}")
-    print("bytes: what a step reads as a share of full KV's; x: that configuration's speed-up (time of the "
-          "other over its time); close: the kernel against its torch reference")
+        print(
+            f"{r.context:>8} {r.config:>14} {r.bytes_share:>6.3f} {optional_cell(r.ms, '.4f'):>9}"
+            f" {optional_cell(r.speedup_vs_pergroup_full, '.2f'):>16} {optional_cell(r.speedup_vs_contiguous, '.2f'):>13}"
+            f" {optional_cell(r.max_abs_diff, '.2e'):>11} {close:>6}"
+        )
+    print(
+        "bytes: what a step reads as a share of full KV's; x: that configuration's speed-up (time of the "
+        "other over its time); close: the kernel against its torch reference"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,14 +259,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--q-heads", type=int, default=32)
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--head-dim", type=int, default=128)
-    parser.add_argument("--full-share", type=float, default=0.02,
-                        help="share of tokens kept in full in the low-bit configurations (default: 0.02)")
+    parser.add_argument(
+        "--full-share",
+        type=float,
+        default=0.02,
+        help="share of tokens kept in full in the low-bit configurations (default: 0.02)",
+    )
     parser.add_argument("--drop-share", type=float, default=0.33, help="share kept when dropping (default: 0.33)")
-    parser.add_argument("--check-requests", type=int, default=4,
-                        help="requests of each configuration checked against the reference (default: 4)")
+    parser.add_argument(
+        "--check-requests",
+        type=int,
+        default=4,
+        help="requests of each configuration checked against the reference (default: 4)",
+    )
     parser.add_argument("--repeats", type=int, default=50, help="timed calls (median kept; default: 50)")
-    parser.add_argument("--dry-run", action="store_true",
-                        help="no CUDA: check tiny shapes under TRITON_INTERPRET=1 and time nothing")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="no CUDA: check tiny shapes under TRITON_INTERPRET=1 and time nothing"
+    )
     parser.add_argument("--json", type=output_file, metavar="OUT", help="also write the results as JSON")
     return parser
 
@@ -245,15 +293,20 @@ def main(argv: list[str] | None = None) -> int:
         args.contexts, args.q_heads, args.kv_heads, args.head_dim = [100], 4, 2, 32
         args.check_requests = args.batch = 2
     rows = [row for context in args.contexts for row in bench_context(context, args, device, refusal is None)]
-    options = {key: getattr(args, key) for key in ("contexts", "batch", "q_heads", "kv_heads", "head_dim",
-                                                     "full_share", "drop_share")}
+    options = {
+        key: getattr(args, key)
+        for key in ("contexts", "batch", "q_heads", "kv_heads", "head_dim", "full_share", "drop_share")
+    }
     meta = kernel_run_meta(device, args.repeats, options)
-    print(f"{meta['device']}: batch {args.batch}, {args.q_heads} q / {args.kv_heads} kv heads, head dim "
-          f"{args.head_dim}; median of {args.repeats} calls (CUDA events)")
+    print(
+        f"{meta['device']}: batch {args.batch}, {args.q_heads} q / {args.kv_heads} kv heads, head dim "
+        f"{args.head_dim}; median of {args.repeats} calls (CUDA events)"
+    )
     print_table(rows)
     if args.json:
-        Path(args.json).write_text(json.dumps({"meta": meta, "triton_refused": refusal,
-                                               "rows": [asdict(r) for r in rows]}, indent=2) + "\n")
+        Path(args.json).write_text(
+            json.dumps({"meta": meta, "triton_refused": refusal, "rows": [asdict(r) for r in rows]}, indent=2) + "\n"
+        )
     return 0 if all(r.matches_reference is not False for r in rows) else 1
 
 

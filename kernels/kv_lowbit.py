@@ -101,20 +101,27 @@ def _serialize(codes: torch.Tensor, scale: torch.Tensor, zero: torch.Tensor, bit
     """``(blocks, ...)`` codes (packed along their last dimension), scales and zeros -> ``(blocks, bytes)``
     uint8: the packed codes, then the scales, then the zeros, each flattened per block."""
     blocks = codes.shape[0]
-    return torch.cat((_pack(codes, bits).reshape(blocks, -1), scale.reshape(blocks, -1).view(torch.uint8),
-                      zero.reshape(blocks, -1).view(torch.uint8)), dim=1)
+    return torch.cat(
+        (
+            _pack(codes, bits).reshape(blocks, -1),
+            scale.reshape(blocks, -1).view(torch.uint8),
+            zero.reshape(blocks, -1).view(torch.uint8),
+        ),
+        dim=1,
+    )
 
 
-def _deserialize(packed: torch.Tensor, code_shape: tuple[int, ...], param_shape: tuple[int, ...],
-                 bits: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _deserialize(
+    packed: torch.Tensor, code_shape: tuple[int, ...], param_shape: tuple[int, ...], bits: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Inverse of :func:`_serialize` for ``(blocks, bytes)`` uint8: codes ``(blocks, *code_shape)``
     uint8 (``code_shape``'s last dimension unpacked), scale and zero ``(blocks, *param_shape)`` fp16."""
     blocks = packed.shape[0]
     code_bytes = math.prod(code_shape) * bits // 8
     params = math.prod(param_shape) * 2
     codes = _unpack(packed[:, :code_bytes].reshape(blocks, *code_shape[:-1], code_shape[-1] * bits // 8), bits)
-    scale = packed[:, code_bytes:code_bytes + params].contiguous().view(torch.float16).reshape(blocks, *param_shape)
-    zero = packed[:, code_bytes + params:].contiguous().view(torch.float16).reshape(blocks, *param_shape)
+    scale = packed[:, code_bytes : code_bytes + params].contiguous().view(torch.float16).reshape(blocks, *param_shape)
+    zero = packed[:, code_bytes + params :].contiguous().view(torch.float16).reshape(blocks, *param_shape)
     return codes, scale, zero
 
 
@@ -166,7 +173,8 @@ def quantize_value_blocks(values: torch.Tensor, bits: int = 2) -> torch.Tensor:
     check_head_dim(head_dim)
     check_bits(bits)
     codes, scale, zero = _quantize_groups(
-        values.reshape(blocks, tokens, heads, head_dim // GROUP_CHANNELS, GROUP_CHANNELS), bits)
+        values.reshape(blocks, tokens, heads, head_dim // GROUP_CHANNELS, GROUP_CHANNELS), bits
+    )
     return _serialize(codes.reshape(blocks, tokens, heads, head_dim), scale, zero, bits)
 
 

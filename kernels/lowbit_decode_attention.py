@@ -53,15 +53,28 @@ def block_bytes(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_slots: tor
     then the V rows (``k_buffer``, ``v_buffer``: ``(S, kv_heads, head_dim)``)."""
     blocks = block_slots.shape[0]
     slots = block_slots.reshape(-1).long()
-    return torch.cat((k_buffer[slots].contiguous().view(torch.uint8).reshape(blocks, -1),
-                      v_buffer[slots].contiguous().view(torch.uint8).reshape(blocks, -1)), dim=1)
+    return torch.cat(
+        (
+            k_buffer[slots].contiguous().view(torch.uint8).reshape(blocks, -1),
+            v_buffer[slots].contiguous().view(torch.uint8).reshape(blocks, -1),
+        ),
+        dim=1,
+    )
 
 
-def lowbit_decode_attention_reference(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
-                                      kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-                                      block_indptr: torch.Tensor, block_slots: torch.Tensor,
-                                      block_masks: torch.Tensor, key_bits: int, value_bits: int,
-                                      sm_scale: float) -> torch.Tensor:
+def lowbit_decode_attention_reference(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    block_indptr: torch.Tensor,
+    block_slots: torch.Tensor,
+    block_masks: torch.Tensor,
+    key_bits: int,
+    value_bits: int,
+    sm_scale: float,
+) -> torch.Tensor:
     """Decode attention of each request over its full-precision and low-bit tokens, in plain torch.
 
     Parameters
@@ -96,7 +109,7 @@ def lowbit_decode_attention_reference(q: torch.Tensor, k_buffer: torch.Tensor, v
     places = torch.arange(BLOCK_TOKENS, device=q.device)
     out = torch.zeros_like(q)
     for b in range(batch):
-        slots = kv_indices[int(kv_indptr[b]):int(kv_indptr[b + 1])].long()
+        slots = kv_indices[int(kv_indptr[b]) : int(kv_indptr[b + 1])].long()
         keys, values = [k_buffer[slots].to(q.dtype)], [v_buffer[slots].to(q.dtype)]
         first, last = int(block_indptr[b]), int(block_indptr[b + 1])
         if last > first:
@@ -126,6 +139,7 @@ def _block_byte(offset, slots_base, k_bytes, v_bytes, ROWS: tl.constexpr, ROW_BY
     from_v = tl.load(v_bytes + address, mask=~in_k, other=0)
     return tl.where(in_k, from_k, from_v).to(tl.int32)
 
+
 @triton.jit
 def _block_half(offset, slots_base, k_bytes, v_bytes, ROWS: tl.constexpr, ROW_BYTES: tl.constexpr):
     """The fp16 stored little-endian at block bytes ``offset``, ``offset + 1``, as float32."""
@@ -134,14 +148,41 @@ def _block_half(offset, slots_base, k_bytes, v_bytes, ROWS: tl.constexpr, ROW_BY
     bits = (high * 256 + low).to(tl.int16)
     return bits.to(tl.float16, bitcast=True).to(tl.float32)
 
+
 @triton.jit
-def _decode_stage1(q, k_buffer, v_buffer, k_bytes, v_bytes, kv_indptr, kv_indices, block_indptr, block_slots,
-                   block_masks, mid_out, mid_lse, sm_scale,
-                   stride_qb, stride_qh, stride_ks, stride_kh, stride_vs, stride_vh,
-                   GROUP: tl.constexpr, KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
-                   BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr, SPLITS: tl.constexpr,
-                   KEY_BITS: tl.constexpr, VALUE_BITS: tl.constexpr, ROWS: tl.constexpr,
-                   ROW_BYTES: tl.constexpr, BLOCK_TOKENS: tl.constexpr, GROUP_CHANNELS: tl.constexpr):
+def _decode_stage1(
+    q,
+    k_buffer,
+    v_buffer,
+    k_bytes,
+    v_bytes,
+    kv_indptr,
+    kv_indices,
+    block_indptr,
+    block_slots,
+    block_masks,
+    mid_out,
+    mid_lse,
+    sm_scale,
+    stride_qb,
+    stride_qh,
+    stride_ks,
+    stride_kh,
+    stride_vs,
+    stride_vh,
+    GROUP: tl.constexpr,
+    KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    SPLITS: tl.constexpr,
+    KEY_BITS: tl.constexpr,
+    VALUE_BITS: tl.constexpr,
+    ROWS: tl.constexpr,
+    ROW_BYTES: tl.constexpr,
+    BLOCK_TOKENS: tl.constexpr,
+    GROUP_CHANNELS: tl.constexpr,
+):
     b = tl.program_id(0)
     kv_head = tl.program_id(1)
     split = tl.program_id(2)
@@ -164,10 +205,12 @@ def _decode_stage1(q, k_buffer, v_buffer, k_bytes, v_bytes, kv_indptr, kv_indice
     for tile in range(first, stop, BLOCK_N):
         ok = tile + n < stop
         slot = tl.load(kv_indices + start + tile + n, mask=ok, other=0).to(tl.int64)
-        keys = tl.load(k_buffer + slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :], mask=ok[:, None],
-                       other=0.0)
-        values = tl.load(v_buffer + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :],
-                         mask=ok[:, None], other=0.0)
+        keys = tl.load(
+            k_buffer + slot[:, None] * stride_ks + kv_head * stride_kh + d[None, :], mask=ok[:, None], other=0.0
+        )
+        values = tl.load(
+            v_buffer + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :], mask=ok[:, None], other=0.0
+        )
         logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
         logits = tl.where(ok[None, :], logits, float("-inf"))
         new_best = tl.maximum(best, tl.max(logits, axis=1))
@@ -199,22 +242,27 @@ def _decode_stage1(q, k_buffer, v_buffer, k_bytes, v_bytes, kv_indptr, kv_indice
         read = ((places >> t.to(tl.int64)) & 1) != 0
         # Keys, per channel: codes (heads, head_dim, 32 tokens), then scale and zero (heads, head_dim).
         key_offset = channel[None, :] * (BLOCK_TOKENS // key_codes_per_byte) + t[:, None] // key_codes_per_byte
-        key_codes = (_block_byte(key_offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
-                     >> ((t[:, None] % key_codes_per_byte) * KEY_BITS)) & ((1 << KEY_BITS) - 1)
+        key_codes = (
+            _block_byte(key_offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
+            >> ((t[:, None] % key_codes_per_byte) * KEY_BITS)
+        ) & ((1 << KEY_BITS) - 1)
         key_scale = _block_half(key_code_bytes + channel * 2, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
-        key_zero = _block_half(key_code_bytes + 2 * KV_HEADS * HEAD_DIM + channel * 2, slots_base, k_bytes,
-                               v_bytes, ROWS, ROW_BYTES)
+        key_zero = _block_half(
+            key_code_bytes + 2 * KV_HEADS * HEAD_DIM + channel * 2, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES
+        )
         keys = key_codes.to(tl.float32) * key_scale[None, :] + key_zero[None, :]
         # Values, per token: codes (32 tokens, heads, head_dim), then scale and zero (32, heads, groups).
         token_head = t[:, None] * KV_HEADS + kv_head
         value_offset = key_part + token_head * (HEAD_DIM // value_codes_per_byte) + d[None, :] // value_codes_per_byte
-        value_codes = (_block_byte(value_offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
-                       >> ((d[None, :] % value_codes_per_byte) * VALUE_BITS)) & ((1 << VALUE_BITS) - 1)
+        value_codes = (
+            _block_byte(value_offset, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
+            >> ((d[None, :] % value_codes_per_byte) * VALUE_BITS)
+        ) & ((1 << VALUE_BITS) - 1)
         param = (token_head * value_groups + d[None, :] // GROUP_CHANNELS) * 2
-        value_scale = _block_half(key_part + value_code_bytes + param, slots_base, k_bytes, v_bytes, ROWS,
-                                  ROW_BYTES)
-        value_zero = _block_half(key_part + value_code_bytes + value_params + param, slots_base, k_bytes, v_bytes,
-                                 ROWS, ROW_BYTES)
+        value_scale = _block_half(key_part + value_code_bytes + param, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES)
+        value_zero = _block_half(
+            key_part + value_code_bytes + value_params + param, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES
+        )
         values = (value_codes.to(tl.float32) * value_scale + value_zero).to(query.dtype)
         logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
         logits = tl.where(read[None, :], logits, float("-inf"))
@@ -233,9 +281,11 @@ def _decode_stage1(q, k_buffer, v_buffer, k_bytes, v_bytes, kv_indptr, kv_indice
     tl.store(mid_out + row[:, None] * HEAD_DIM + d[None, :], out, mask=head_ok[:, None])
     tl.store(mid_lse + row, lse, mask=head_ok)
 
+
 @triton.jit
-def _decode_stage2(mid_out, mid_lse, out, stride_ob, stride_oh, Q_HEADS: tl.constexpr,
-                   HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr):
+def _decode_stage2(
+    mid_out, mid_lse, out, stride_ob, stride_oh, Q_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, SPLITS: tl.constexpr
+):
     b = tl.program_id(0)
     head = tl.program_id(1)
     d = tl.arange(0, HEAD_DIM)
@@ -261,11 +311,21 @@ def runs_interpreted() -> bool:
     return isinstance(_decode_stage1, InterpretedFunction)
 
 
-def lowbit_decode_attention_triton(q: torch.Tensor, k_buffer: torch.Tensor, v_buffer: torch.Tensor,
-                                   kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
-                                   block_indptr: torch.Tensor, block_slots: torch.Tensor,
-                                   block_masks: torch.Tensor, key_bits: int, value_bits: int, sm_scale: float,
-                                   splits: int = DEFAULT_SPLITS, block_n: int = 32) -> torch.Tensor:
+def lowbit_decode_attention_triton(
+    q: torch.Tensor,
+    k_buffer: torch.Tensor,
+    v_buffer: torch.Tensor,
+    kv_indptr: torch.Tensor,
+    kv_indices: torch.Tensor,
+    block_indptr: torch.Tensor,
+    block_slots: torch.Tensor,
+    block_masks: torch.Tensor,
+    key_bits: int,
+    value_bits: int,
+    sm_scale: float,
+    splits: int = DEFAULT_SPLITS,
+    block_n: int = 32,
+) -> torch.Tensor:
     """:func:`lowbit_decode_attention_reference` as two Triton kernels (same arguments, same result
     up to the order of floating-point sums); ``splits`` cuts long rows, ``block_n`` is the tile of
     full-precision tokens.
@@ -276,10 +336,14 @@ def lowbit_decode_attention_triton(q: torch.Tensor, k_buffer: torch.Tensor, v_bu
     batch, q_heads, head_dim = q.shape
     slots, kv_heads, buffer_dim = k_buffer.shape
     if buffer_dim != head_dim or v_buffer.shape != k_buffer.shape:
-        raise ValueError(f"buffers {tuple(k_buffer.shape)} / {tuple(v_buffer.shape)} do not fit queries {tuple(q.shape)}")
+        raise ValueError(
+            f"buffers {tuple(k_buffer.shape)} / {tuple(v_buffer.shape)} do not fit queries {tuple(q.shape)}"
+        )
     if q_heads % kv_heads or head_dim & (head_dim - 1) or head_dim % GROUP_CHANNELS:
-        raise ValueError(f"need q_heads divisible by kv_heads and a power-of-two head_dim divisible by "
-                         f"{GROUP_CHANNELS}, got {q_heads}, {kv_heads}, {head_dim}")
+        raise ValueError(
+            f"need q_heads divisible by kv_heads and a power-of-two head_dim divisible by "
+            f"{GROUP_CHANNELS}, got {q_heads}, {kv_heads}, {head_dim}"
+        )
     if not (k_buffer.is_contiguous() and v_buffer.is_contiguous()):
         raise ValueError("the K and V buffers must be contiguous")
     rows = rows_per_block(key_bits, value_bits, k_buffer.element_size())
@@ -293,14 +357,39 @@ def lowbit_decode_attention_triton(q: torch.Tensor, k_buffer: torch.Tensor, v_bu
         block_slots = torch.zeros((1, rows), dtype=torch.int64, device=q.device)
         block_masks = torch.zeros(1, dtype=torch.int64, device=q.device)
     _decode_stage1[(batch, kv_heads, splits)](
-        q, k_buffer, v_buffer, k_buffer.view(torch.uint8), v_buffer.view(torch.uint8), kv_indptr, kv_indices,
-        block_indptr, block_slots.contiguous(), block_masks.long().contiguous(), mid_out, mid_lse, sm_scale,
-        q.stride(0), q.stride(1), k_buffer.stride(0), k_buffer.stride(1), v_buffer.stride(0), v_buffer.stride(1),
-        GROUP=group, KV_HEADS=kv_heads, HEAD_DIM=head_dim, BLOCK_G=max(16, triton.next_power_of_2(group)),
-        BLOCK_N=block_n, SPLITS=splits, KEY_BITS=key_bits, VALUE_BITS=value_bits, ROWS=rows,
-        ROW_BYTES=kv_heads * head_dim * k_buffer.element_size(), BLOCK_TOKENS=BLOCK_TOKENS,
+        q,
+        k_buffer,
+        v_buffer,
+        k_buffer.view(torch.uint8),
+        v_buffer.view(torch.uint8),
+        kv_indptr,
+        kv_indices,
+        block_indptr,
+        block_slots.contiguous(),
+        block_masks.long().contiguous(),
+        mid_out,
+        mid_lse,
+        sm_scale,
+        q.stride(0),
+        q.stride(1),
+        k_buffer.stride(0),
+        k_buffer.stride(1),
+        v_buffer.stride(0),
+        v_buffer.stride(1),
+        GROUP=group,
+        KV_HEADS=kv_heads,
+        HEAD_DIM=head_dim,
+        BLOCK_G=max(16, triton.next_power_of_2(group)),
+        BLOCK_N=block_n,
+        SPLITS=splits,
+        KEY_BITS=key_bits,
+        VALUE_BITS=value_bits,
+        ROWS=rows,
+        ROW_BYTES=kv_heads * head_dim * k_buffer.element_size(),
+        BLOCK_TOKENS=BLOCK_TOKENS,
         GROUP_CHANNELS=GROUP_CHANNELS,
     )
-    _decode_stage2[(batch, q_heads)](mid_out, mid_lse, out, out.stride(0), out.stride(1), Q_HEADS=q_heads,
-                                     HEAD_DIM=head_dim, SPLITS=splits)
+    _decode_stage2[(batch, q_heads)](
+        mid_out, mid_lse, out, out.stride(0), out.stride(1), Q_HEADS=q_heads, HEAD_DIM=head_dim, SPLITS=splits
+    )
     return out

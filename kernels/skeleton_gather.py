@@ -84,15 +84,18 @@ class SkeletonBatch(NamedTuple):
 def _check_offsets(name: str, indptr: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``indptr`` is a 1-D int32/int64 tensor with at least one entry."""
     if indptr.dim() != 1 or indptr.shape[0] == 0 or indptr.dtype not in INDEX_DTYPES:
-        raise ValueError(f"{name} must be a non-empty 1-D int32 or int64 tensor; got {indptr.dtype} "
-                         f"of shape {tuple(indptr.shape)}")
+        raise ValueError(
+            f"{name} must be a non-empty 1-D int32 or int64 tensor; got {indptr.dtype} of shape {tuple(indptr.shape)}"
+        )
 
 
 def _check_keep_indices(keep_indices: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``keep_indices`` is a 1-D int32/int64 tensor."""
     if keep_indices.dim() != 1 or keep_indices.dtype not in INDEX_DTYPES:
-        raise ValueError(f"keep_indices must be a 1-D int32 or int64 tensor; got {keep_indices.dtype} "
-                         f"of shape {tuple(keep_indices.shape)}")
+        raise ValueError(
+            f"keep_indices must be a 1-D int32 or int64 tensor; got {keep_indices.dtype} "
+            f"of shape {tuple(keep_indices.shape)}"
+        )
 
 
 def _check_gather_inputs(
@@ -105,19 +108,27 @@ def _check_gather_inputs(
 ) -> None:
     """Raise ``ValueError`` on shapes, dtypes or devices that the gather functions reject (no sync)."""
     if hidden_states.dim() != 2 or hidden_states.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"hidden_states must be (T, D) of a dtype in {SUPPORTED_DTYPES}; got "
-                         f"{hidden_states.dtype} of shape {tuple(hidden_states.shape)}")
+        raise ValueError(
+            f"hidden_states must be (T, D) of a dtype in {SUPPORTED_DTYPES}; got "
+            f"{hidden_states.dtype} of shape {tuple(hidden_states.shape)}"
+        )
     if residual is not None and (residual.shape != hidden_states.shape or residual.dtype not in SUPPORTED_DTYPES):
-        raise ValueError(f"residual must be (T, D) = {tuple(hidden_states.shape)} of a dtype in "
-                         f"{SUPPORTED_DTYPES}; got {residual.dtype} of shape {tuple(residual.shape)}")
+        raise ValueError(
+            f"residual must be (T, D) = {tuple(hidden_states.shape)} of a dtype in "
+            f"{SUPPORTED_DTYPES}; got {residual.dtype} of shape {tuple(residual.shape)}"
+        )
     if positions.shape != hidden_states.shape[:1] or positions.dtype not in INDEX_DTYPES:
-        raise ValueError(f"positions must be (T,) = ({hidden_states.shape[0]},), int32 or int64; got "
-                         f"{positions.dtype} of shape {tuple(positions.shape)}")
+        raise ValueError(
+            f"positions must be (T,) = ({hidden_states.shape[0]},), int32 or int64; got "
+            f"{positions.dtype} of shape {tuple(positions.shape)}"
+        )
     _check_offsets("extend_indptr", extend_indptr)
     _check_offsets("keep_indptr", keep_indptr)
     if keep_indptr.shape != extend_indptr.shape:
-        raise ValueError(f"keep_indptr must be (B + 1,) like extend_indptr {tuple(extend_indptr.shape)}; "
-                         f"got {tuple(keep_indptr.shape)}")
+        raise ValueError(
+            f"keep_indptr must be (B + 1,) like extend_indptr {tuple(extend_indptr.shape)}; "
+            f"got {tuple(keep_indptr.shape)}"
+        )
     _check_keep_indices(keep_indices)
     tensors = (hidden_states, positions, extend_indptr, keep_indices, keep_indptr)
     devices = {t.device for t in (*tensors, *(() if residual is None else (residual,)))}
@@ -149,28 +160,35 @@ def validate_skeleton(extend_indptr: torch.Tensor, keep_indices: torch.Tensor, k
     _check_offsets("extend_indptr", extend_indptr)
     _check_offsets("keep_indptr", keep_indptr)
     if keep_indptr.shape != extend_indptr.shape:
-        raise ValueError(f"keep_indptr has {keep_indptr.shape[0]} offsets, extend_indptr "
-                         f"{extend_indptr.shape[0]}: they must describe the same batch")
+        raise ValueError(
+            f"keep_indptr has {keep_indptr.shape[0]} offsets, extend_indptr "
+            f"{extend_indptr.shape[0]}: they must describe the same batch"
+        )
     lengths = _lengths("extend_indptr", extend_indptr)
     keep_lengths = _lengths("keep_indptr", keep_indptr)
     _check_keep_indices(keep_indices)
     if keep_indptr[-1].item() != keep_indices.shape[0]:
-        raise ValueError(f"keep_indptr ends at {keep_indptr[-1].item()} but keep_indices has shape "
-                         f"{tuple(keep_indices.shape)}")
+        raise ValueError(
+            f"keep_indptr ends at {keep_indptr[-1].item()} but keep_indices has shape {tuple(keep_indices.shape)}"
+        )
     bounds = torch.repeat_interleave(lengths, keep_lengths)
     out_of_range = (keep_indices < 0) | (keep_indices >= bounds)
     if out_of_range.any():
         k = int(out_of_range.nonzero()[0, 0])
         b = _sequence_of(keep_indptr, k)
-        raise ValueError(f"keep_indices[{k}] = {keep_indices[k].item()} is out of range for sequence {b} "
-                         f"of length {lengths[b].item()}")
+        raise ValueError(
+            f"keep_indices[{k}] = {keep_indices[k].item()} is out of range for sequence {b} "
+            f"of length {lengths[b].item()}"
+        )
     starts_sequence = torch.zeros(keep_indices.shape[0], dtype=torch.bool, device=keep_indices.device)
     starts_sequence[keep_indptr[:-1][keep_lengths > 0].long()] = True
     unsorted = (keep_indices[1:] <= keep_indices[:-1]) & ~starts_sequence[1:]
     if unsorted.any():
         k = int(unsorted.nonzero()[0, 0]) + 1
-        raise ValueError(f"keep_indices of sequence {_sequence_of(keep_indptr, k)} are not strictly increasing "
-                         f"at {k}: {keep_indices[k - 1].item()} then {keep_indices[k].item()}")
+        raise ValueError(
+            f"keep_indices of sequence {_sequence_of(keep_indptr, k)} are not strictly increasing "
+            f"at {k}: {keep_indices[k - 1].item()} then {keep_indices[k].item()}"
+        )
 
 
 def _lengths(name: str, indptr: torch.Tensor) -> torch.Tensor:
@@ -183,8 +201,10 @@ def _lengths(name: str, indptr: torch.Tensor) -> torch.Tensor:
 
 def _sequence_of(indptr: torch.Tensor, k: int) -> int:
     """The sequence whose span of ``indptr`` holds entry ``k``."""
-    return int(torch.searchsorted(indptr, torch.tensor(k, dtype=indptr.dtype, device=indptr.device),
-                                  right=True).item()) - 1
+    return (
+        int(torch.searchsorted(indptr, torch.tensor(k, dtype=indptr.dtype, device=indptr.device), right=True).item())
+        - 1
+    )
 
 
 def skeleton_gather_reference(
@@ -242,14 +262,18 @@ def skeleton_gather_reference(
 def _check_scatter_inputs(src: torch.Tensor, rows: torch.Tensor, out: torch.Tensor) -> None:
     """Raise ``ValueError`` on shapes, dtypes or devices that the scatter functions reject (no sync)."""
     if out.dim() != 2 or out.dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"out must be (T, D) of a dtype in {SUPPORTED_DTYPES}; got {out.dtype} of shape "
-                         f"{tuple(out.shape)}")
+        raise ValueError(
+            f"out must be (T, D) of a dtype in {SUPPORTED_DTYPES}; got {out.dtype} of shape {tuple(out.shape)}"
+        )
     if src.dim() != 2 or src.shape[1] != out.shape[1] or src.dtype != out.dtype:
-        raise ValueError(f"src must be (K, D) with D = {out.shape[1]} and out's dtype {out.dtype}; got "
-                         f"{src.dtype} of shape {tuple(src.shape)}")
+        raise ValueError(
+            f"src must be (K, D) with D = {out.shape[1]} and out's dtype {out.dtype}; got "
+            f"{src.dtype} of shape {tuple(src.shape)}"
+        )
     if rows.shape != src.shape[:1] or rows.dtype not in INDEX_DTYPES:
-        raise ValueError(f"rows must be (K,) = ({src.shape[0]},), int32 or int64; got {rows.dtype} of shape "
-                         f"{tuple(rows.shape)}")
+        raise ValueError(
+            f"rows must be (K,) = ({src.shape[0]},), int32 or int64; got {rows.dtype} of shape {tuple(rows.shape)}"
+        )
     devices = {t.device for t in (src, rows, out)}
     if len(devices) != 1:
         raise ValueError(f"all inputs must be on one device; got {sorted(map(str, devices))}")
@@ -286,11 +310,31 @@ def skeleton_scatter_reference(src: torch.Tensor, rows: torch.Tensor, out: torch
 
 
 @triton.jit
-def _gather_kernel(Hidden, Residual, Positions, extend_indptr, keep_indices, keep_indptr,
-                   OutHidden, OutResidual, OutPositions, OutRows, num_kept, num_seqs, dim,
-                   stride_ht, stride_hd, stride_rt, stride_rd, stride_oh, stride_or,
-                   HAS_RESIDUAL: tl.constexpr, SEARCH_STEPS: tl.constexpr,
-                   BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
+def _gather_kernel(
+    Hidden,
+    Residual,
+    Positions,
+    extend_indptr,
+    keep_indices,
+    keep_indptr,
+    OutHidden,
+    OutResidual,
+    OutPositions,
+    OutRows,
+    num_kept,
+    num_seqs,
+    dim,
+    stride_ht,
+    stride_hd,
+    stride_rt,
+    stride_rd,
+    stride_oh,
+    stride_or,
+    HAS_RESIDUAL: tl.constexpr,
+    SEARCH_STEPS: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """Program k: kept rows ``k * BLOCK_K ..``. Find each row's sequence by binary search of
     ``keep_indptr`` (the last ``b`` with ``keep_indptr[b] <= k``: empty sequences are skipped), form its
     packed row, store it and its position, then copy its hidden (and residual) columns tile by tile."""
@@ -319,8 +363,19 @@ def _gather_kernel(Hidden, Residual, Positions, extend_indptr, keep_indices, kee
 
 
 @triton.jit
-def _scatter_kernel(Src, rows_ptr, Out, num_rows, dim, stride_st, stride_sd, stride_ot, stride_od,
-                    BLOCK_K: tl.constexpr, BLOCK_D: tl.constexpr):
+def _scatter_kernel(
+    Src,
+    rows_ptr,
+    Out,
+    num_rows,
+    dim,
+    stride_st,
+    stride_sd,
+    stride_ot,
+    stride_od,
+    BLOCK_K: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
     """Program k: rows ``k * BLOCK_K ..`` of ``Src`` copied to rows ``rows_ptr[..]`` of ``Out``, tile by
     tile over the columns."""
     kept = tl.program_id(0) * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -390,12 +445,27 @@ def skeleton_gather_triton(
         num_seqs = extend_indptr.shape[0] - 1
         res_in, res_out = (hidden_states, out_hidden) if residual is None else (residual, out_residual)
         _gather_kernel[(triton.cdiv(num_kept, BLOCK_K),)](
-            _bits(hidden_states), _bits(res_in), positions.contiguous(), extend_indptr.contiguous(),
-            keep_indices.contiguous(), keep_indptr.contiguous(),
-            _bits(out_hidden), _bits(res_out), out_positions, rows, num_kept, num_seqs, dim,
-            *hidden_states.stride(), *res_in.stride(), out_hidden.stride(0), res_out.stride(0),
-            HAS_RESIDUAL=residual is not None, SEARCH_STEPS=max(1, (num_seqs - 1).bit_length()),
-            BLOCK_K=BLOCK_K, BLOCK_D=BLOCK_D,
+            _bits(hidden_states),
+            _bits(res_in),
+            positions.contiguous(),
+            extend_indptr.contiguous(),
+            keep_indices.contiguous(),
+            keep_indptr.contiguous(),
+            _bits(out_hidden),
+            _bits(res_out),
+            out_positions,
+            rows,
+            num_kept,
+            num_seqs,
+            dim,
+            *hidden_states.stride(),
+            *res_in.stride(),
+            out_hidden.stride(0),
+            res_out.stride(0),
+            HAS_RESIDUAL=residual is not None,
+            SEARCH_STEPS=max(1, (num_seqs - 1).bit_length()),
+            BLOCK_K=BLOCK_K,
+            BLOCK_D=BLOCK_D,
         )
     return SkeletonBatch(out_hidden, out_positions, out_residual, keep_indptr, rows)
 
@@ -414,8 +484,15 @@ def skeleton_scatter_triton(src: torch.Tensor, rows: torch.Tensor, out: torch.Te
     _check_scatter_inputs(src, rows, out)
     if src.shape[0] and src.shape[1]:
         _scatter_kernel[(triton.cdiv(src.shape[0], BLOCK_K),)](
-            _bits(src), rows.contiguous(), _bits(out), src.shape[0], src.shape[1], *src.stride(), *out.stride(),
-            BLOCK_K=BLOCK_K, BLOCK_D=BLOCK_D,
+            _bits(src),
+            rows.contiguous(),
+            _bits(out),
+            src.shape[0],
+            src.shape[1],
+            *src.stride(),
+            *out.stride(),
+            BLOCK_K=BLOCK_K,
+            BLOCK_D=BLOCK_D,
         )
     return out
 
@@ -509,7 +586,7 @@ def skeleton_from_scores(
     for start, length in zip(extend_indptr.tolist(), lengths.tolist()):
         body = max(length - window, 0)
         top = min(math.floor(ratio * length + _EPS), body)
-        order = torch.sort(scores[start:start + body], descending=True, stable=True).indices[:top]
+        order = torch.sort(scores[start : start + body], descending=True, stable=True).indices[:top]
         tail = torch.arange(body, length, device=scores.device)
         kept.append(torch.cat([order.sort().values, tail]))
     keep_lengths = torch.tensor([0] + [len(k) for k in kept], device=scores.device)

@@ -45,9 +45,7 @@ MAX_BLOCK_M = 64
 MAX_SPLITS = 64
 
 
-def _check_inputs(
-    q: torch.Tensor, k_buffer: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor
-) -> None:
+def _check_inputs(q: torch.Tensor, k_buffer: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor) -> None:
     """Raise ``ValueError`` on shapes, dtypes or devices that the window-score functions reject."""
     if q.dim() != 4 or k_buffer.dim() != 3:
         raise ValueError(
@@ -167,10 +165,23 @@ def sum_kv_heads(scores: torch.Tensor) -> torch.Tensor:
 
 
 @triton.jit
-def _load_queries(Q, b, h, m_block, window, group, length,
-                  stride_qb, stride_qw, stride_qh, stride_qd,
-                  HEAD_DIM: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                  DOT_DTYPE: tl.constexpr):
+def _load_queries(
+    Q,
+    b,
+    h,
+    m_block,
+    window,
+    group,
+    length,
+    stride_qb,
+    stride_qw,
+    stride_qh,
+    stride_qd,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
     """Query rows ``m_block * BLOCK_M ..`` of kv head ``h`` (row ``r``: window query ``r // group``,
     query head ``h * group + r % group``): the ``(BLOCK_M, BLOCK_D)`` tile in ``DOT_DTYPE``, each
     row's absolute position, and which rows exist."""
@@ -178,16 +189,31 @@ def _load_queries(Q, b, h, m_block, window, group, length,
     dims = tl.arange(0, BLOCK_D)
     query = rows // group
     row_ok = rows < window * group
-    offs = (b.to(tl.int64) * stride_qb + query[:, None] * stride_qw
-            + (h * group + rows % group)[:, None] * stride_qh + dims[None, :] * stride_qd)
+    offs = (
+        b.to(tl.int64) * stride_qb
+        + query[:, None] * stride_qw
+        + (h * group + rows % group)[:, None] * stride_qh
+        + dims[None, :] * stride_qd
+    )
     tile = tl.load(Q + offs, mask=row_ok[:, None] & (dims[None, :] < HEAD_DIM), other=0.0)
     return tile.to(DOT_DTYPE), length - window + query, row_ok
 
 
 @triton.jit
-def _load_keys(K, kv_indices, start, h, cols, length,
-               stride_kt, stride_kh, stride_kd,
-               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, DOT_DTYPE: tl.constexpr):
+def _load_keys(
+    K,
+    kv_indices,
+    start,
+    h,
+    cols,
+    length,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+):
     """Keys of kv head ``h`` at sequence positions ``cols``, transposed: ``(BLOCK_D, BLOCK_N)`` in
     ``DOT_DTYPE``."""
     dims = tl.arange(0, BLOCK_D)
@@ -212,11 +238,32 @@ def _finite_or_zero(x):
 
 
 @triton.jit
-def _split_stats_kernel(Q, K, kv_indptr, kv_indices, Max, Sum, scale, window, group, num_splits,
-                        stride_qb, stride_qw, stride_qh, stride_qd, stride_kt, stride_kh, stride_kd,
-                        HEAD_DIM: tl.constexpr, NUM_M_BLOCKS: tl.constexpr, BLOCK_M: tl.constexpr,
-                        BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                   DOT_PRECISION: tl.constexpr):
+def _split_stats_kernel(
+    Q,
+    K,
+    kv_indptr,
+    kv_indices,
+    Max,
+    Sum,
+    scale,
+    window,
+    group,
+    num_splits,
+    stride_qb,
+    stride_qw,
+    stride_qh,
+    stride_qd,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    HEAD_DIM: tl.constexpr,
+    NUM_M_BLOCKS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """Program (b, h, s): per query row, the running max and exp-sum of the logits over key tiles
     ``s, s + num_splits, ..`` of sequence ``b``, stored at ``Max/Sum[b, h, s, row]``."""
     b = tl.program_id(0)
@@ -227,15 +274,30 @@ def _split_stats_kernel(Q, K, kv_indptr, kv_indices, Max, Sum, scale, window, gr
     num_tiles = tl.cdiv(length, BLOCK_N)
     stats_base = ((b * tl.num_programs(1) + h) * num_splits + split).to(tl.int64) * (NUM_M_BLOCKS * BLOCK_M)
     for m_block in range(NUM_M_BLOCKS):
-        q, positions, row_ok = _load_queries(Q, b, h, m_block, window, group, length,
-                                             stride_qb, stride_qw, stride_qh, stride_qd,
-                                             HEAD_DIM, BLOCK_M, BLOCK_D, DOT_DTYPE)
+        q, positions, row_ok = _load_queries(
+            Q,
+            b,
+            h,
+            m_block,
+            window,
+            group,
+            length,
+            stride_qb,
+            stride_qw,
+            stride_qh,
+            stride_qd,
+            HEAD_DIM,
+            BLOCK_M,
+            BLOCK_D,
+            DOT_DTYPE,
+        )
         row_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
         row_sum = tl.zeros([BLOCK_M], tl.float32)
         for tile in range(split, num_tiles, num_splits):
             cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-            k_t = _load_keys(K, kv_indices, start, h, cols, length, stride_kt, stride_kh, stride_kd,
-                             HEAD_DIM, BLOCK_D, DOT_DTYPE)
+            k_t = _load_keys(
+                K, kv_indices, start, h, cols, length, stride_kt, stride_kh, stride_kd, HEAD_DIM, BLOCK_D, DOT_DTYPE
+            )
             logits = _masked_logits(q, k_t, positions, row_ok, cols, scale, DOT_PRECISION)
             new_max = tl.maximum(row_max, tl.max(logits, axis=1))
             shift = _finite_or_zero(new_max)
@@ -247,8 +309,7 @@ def _split_stats_kernel(Q, K, kv_indptr, kv_indices, Max, Sum, scale, window, gr
 
 
 @triton.jit
-def _combine_stats_kernel(Max, Sum, Shift, InvSum, num_splits,
-                          NUM_M_BLOCKS: tl.constexpr, BLOCK_M: tl.constexpr):
+def _combine_stats_kernel(Max, Sum, Shift, InvSum, num_splits, NUM_M_BLOCKS: tl.constexpr, BLOCK_M: tl.constexpr):
     """Program (b, h, m): merge the per-split statistics of query rows ``m * BLOCK_M ..`` into each
     row's softmax shift (its max; 0 for a row without keys) and inverse normalizer (0 without keys)."""
     pair = tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)
@@ -269,12 +330,35 @@ def _combine_stats_kernel(Max, Sum, Shift, InvSum, num_splits,
 
 
 @triton.jit
-def _scores_kernel(Q, K, kv_indptr, kv_indices, Shift, InvSum, Out, scale, window, group, num_splits,
-                   stride_qb, stride_qw, stride_qh, stride_qd, stride_kt, stride_kh, stride_kd,
-                   stride_oh, stride_ot,
-                   HEAD_DIM: tl.constexpr, NUM_M_BLOCKS: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, DOT_DTYPE: tl.constexpr,
-                   DOT_PRECISION: tl.constexpr):
+def _scores_kernel(
+    Q,
+    K,
+    kv_indptr,
+    kv_indices,
+    Shift,
+    InvSum,
+    Out,
+    scale,
+    window,
+    group,
+    num_splits,
+    stride_qb,
+    stride_qw,
+    stride_qh,
+    stride_qd,
+    stride_kt,
+    stride_kh,
+    stride_kd,
+    stride_oh,
+    stride_ot,
+    HEAD_DIM: tl.constexpr,
+    NUM_M_BLOCKS: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    DOT_DTYPE: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
     """Program (b, h, s): for key tiles ``s, s + num_splits, ..`` of sequence ``b``, the normalized
     softmax weights summed over all query rows of kv head ``h``, stored at ``Out[h, start + j]``."""
     b = tl.program_id(0)
@@ -286,13 +370,28 @@ def _scores_kernel(Q, K, kv_indptr, kv_indices, Shift, InvSum, Out, scale, windo
     stats_base = (b * tl.num_programs(1) + h).to(tl.int64) * (NUM_M_BLOCKS * BLOCK_M)
     for tile in range(split, num_tiles, num_splits):
         cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        k_t = _load_keys(K, kv_indices, start, h, cols, length, stride_kt, stride_kh, stride_kd,
-                         HEAD_DIM, BLOCK_D, DOT_DTYPE)
+        k_t = _load_keys(
+            K, kv_indices, start, h, cols, length, stride_kt, stride_kh, stride_kd, HEAD_DIM, BLOCK_D, DOT_DTYPE
+        )
         total = tl.zeros([BLOCK_N], tl.float32)
         for m_block in range(NUM_M_BLOCKS):
-            q, positions, row_ok = _load_queries(Q, b, h, m_block, window, group, length,
-                                                 stride_qb, stride_qw, stride_qh, stride_qd,
-                                                 HEAD_DIM, BLOCK_M, BLOCK_D, DOT_DTYPE)
+            q, positions, row_ok = _load_queries(
+                Q,
+                b,
+                h,
+                m_block,
+                window,
+                group,
+                length,
+                stride_qb,
+                stride_qw,
+                stride_qh,
+                stride_qd,
+                HEAD_DIM,
+                BLOCK_M,
+                BLOCK_D,
+                DOT_DTYPE,
+            )
             rows = stats_base + m_block * BLOCK_M + tl.arange(0, BLOCK_M)
             logits = _masked_logits(q, k_t, positions, row_ok, cols, scale, DOT_PRECISION)
             weights = tl.exp(logits - tl.load(Shift + rows)[:, None]) * tl.load(InvSum + rows)[:, None]
@@ -362,8 +461,14 @@ def window_scores_triton(
     out = q.new_zeros((num_kv_heads, kv_indices.shape[0]), dtype=torch.float32)
     if batch == 0:
         return out
-    shapes = dict(HEAD_DIM=head_dim, NUM_M_BLOCKS=num_m_blocks, BLOCK_M=block_m, BLOCK_N=BLOCK_N,
-                  BLOCK_D=max(16, triton.next_power_of_2(head_dim)), **_dot_operands(q.dtype))
+    shapes = dict(
+        HEAD_DIM=head_dim,
+        NUM_M_BLOCKS=num_m_blocks,
+        BLOCK_M=block_m,
+        BLOCK_N=BLOCK_N,
+        BLOCK_D=max(16, triton.next_power_of_2(head_dim)),
+        **_dot_operands(q.dtype),
+    )
     common = (kv_indptr.contiguous(), kv_indices.contiguous())
     strides = (*q.stride(), *k_buffer.stride())
     # Per-split (max, exp-sum) of every query row, then the merged (shift, 1 / sum).
@@ -371,11 +476,25 @@ def window_scores_triton(
     merged = q.new_empty((2, batch, num_kv_heads, num_m_blocks * block_m), dtype=torch.float32)
     grid = (batch, num_kv_heads, splits)
     logit_scale = _default_scale(q, scale)
-    _split_stats_kernel[grid](q, k_buffer, *common, stats[0], stats[1], logit_scale, window, group, splits,
-                              *strides, **shapes)
+    _split_stats_kernel[grid](
+        q, k_buffer, *common, stats[0], stats[1], logit_scale, window, group, splits, *strides, **shapes
+    )
     _combine_stats_kernel[(batch, num_kv_heads, num_m_blocks)](
         stats[0], stats[1], merged[0], merged[1], splits, NUM_M_BLOCKS=num_m_blocks, BLOCK_M=block_m
     )
-    _scores_kernel[grid](q, k_buffer, *common, merged[0], merged[1], out, logit_scale, window, group, splits,
-                         *strides, *out.stride(), **shapes)
+    _scores_kernel[grid](
+        q,
+        k_buffer,
+        *common,
+        merged[0],
+        merged[1],
+        out,
+        logit_scale,
+        window,
+        group,
+        splits,
+        *strides,
+        *out.stride(),
+        **shapes,
+    )
     return out

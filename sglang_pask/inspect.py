@@ -122,7 +122,8 @@ def render_html(tokens: Sequence[TaggedToken], title: str) -> str:
     kept_counts = [Counter(t.role for t in tokens if t.kept is not None and t.kept[g]) for g in range(num_groups)]
     legend = "".join(
         f'<tr><td><span class="t" style="background:rgb{_colour(role)}">{role}</span></td><td>{counts[role]}</td>'
-        + "".join(f"<td>{kept[role]}</td>" for kept in kept_counts) + "</tr>"
+        + "".join(f"<td>{kept[role]}</td>" for kept in kept_counts)
+        + "</tr>"
         for role in LABELS
         if counts[role]
     )
@@ -161,7 +162,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--url", default="http://127.0.0.1:30000", help="server address (default: %(default)s)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--prompt", help="raw prompt text")
-    source.add_argument("--messages", help="chat messages (JSON list, inline or a file); the model's chat template is applied")
+    source.add_argument(
+        "--messages", help="chat messages (JSON list, inline or a file); the model's chat template is applied"
+    )
     parser.add_argument("--tools", help="OpenAI tools (JSON list, inline or a file) rendered by the chat template")
     grammar = parser.add_mutually_exclusive_group()
     grammar.add_argument("--json-schema", help="JSON schema constraint (inline or a file)")
@@ -174,8 +177,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _sampling_params(args: argparse.Namespace) -> dict[str, Any]:
-    params: dict[str, Any] = {"temperature": 0, "max_new_tokens": args.max_new_tokens, "return_kv_roles": True,
-                              "return_kv_kept": True}
+    params: dict[str, Any] = {
+        "temperature": 0,
+        "max_new_tokens": args.max_new_tokens,
+        "return_kv_roles": True,
+        "return_kv_kept": True,
+    }
     if args.json_schema:
         params["json_schema"] = json.dumps(_read_json_arg(args.json_schema))
     elif args.regex:
@@ -202,10 +209,14 @@ def collect(url: str, prompt: str, sampling_params: dict[str, Any], tokenizer: A
             f"{len(meta['kv_prompt_roles'])}; is --url serving the model this tokenizer belongs to?"
         )
     kept = kept_by_position(meta.get("kv_stats", {}).get("kept_positions"), len(prompt_ids) + len(body["output_ids"]))
-    tokens = [TaggedToken(t, tokenizer.decode([t]), role, True, kept[i])
-              for i, (t, role) in enumerate(zip(prompt_ids, meta["kv_prompt_roles"]))]
-    tokens += [TaggedToken(t, tokenizer.decode([t]), role, False, kept[len(prompt_ids) + i])
-               for i, (t, role) in enumerate(zip(body["output_ids"], meta["kv_roles"]))]
+    tokens = [
+        TaggedToken(t, tokenizer.decode([t]), role, True, kept[i])
+        for i, (t, role) in enumerate(zip(prompt_ids, meta["kv_prompt_roles"]))
+    ]
+    tokens += [
+        TaggedToken(t, tokenizer.decode([t]), role, False, kept[len(prompt_ids) + i])
+        for i, (t, role) in enumerate(zip(body["output_ids"], meta["kv_roles"]))
+    ]
     return tokens
 
 

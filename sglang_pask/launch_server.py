@@ -165,8 +165,9 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     if model_config is not None and model_config.get("num_hidden_layers") is not None:
         context_len = flag_value(sglang_argv, "--context-length") or model_config.get("max_position_embeddings")
         try:
-            check_kv_plan(config, int(model_config["num_hidden_layers"]), int(context_len or 2**31),
-                          Path(model_path).name)
+            check_kv_plan(
+                config, int(model_config["num_hidden_layers"]), int(context_len or 2**31), Path(model_path).name
+            )
         except ConfigError as err:
             _fail(str(err))
     config.publish()

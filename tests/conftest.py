@@ -59,9 +59,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def tiny_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """``python -m sglang_pask.launch_server`` on the tiny model (CPU engine chosen by the launcher)."""
     log = tmp_path_factory.mktemp("logs") / "tiny_server.log"
-    server = ServerProcess(
-        ["--model-path", str(tiny_model_dir), *TINY_SGLANG_FLAGS, *TINY_SERVER_FLAGS], log
-    )
+    server = ServerProcess(["--model-path", str(tiny_model_dir), *TINY_SGLANG_FLAGS, *TINY_SERVER_FLAGS], log)
     try:
         yield server.wait_ready(timeout_s=300)
     finally:

@@ -13,8 +13,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.common import (kernel_run_meta, kernel_shape, markdown_header, optional_cell, read_json_files,
-                          refuse_flags_given, run_header)
+from bench.common import (
+    kernel_run_meta,
+    kernel_shape,
+    markdown_header,
+    optional_cell,
+    read_json_files,
+    refuse_flags_given,
+    run_header,
+)
 
 
 def test_run_header_names_the_command_date_machine_and_commit():
@@ -83,8 +90,10 @@ def test_read_json_files_returns_each_file_and_refuses_a_missing_or_non_json_one
     good.write_text('{"results": [1]}')
     bad.write_text("{not json")
     assert read_json_files(parser, [str(good), str(good)]) == [{"results": [1]}, {"results": [1]}]
-    for names, message in (([str(good), str(tmp_path / "gone.json")], "--from-json: file not found"),
-                           ([str(bad)], "is not JSON")):
+    for names, message in (
+        ([str(good), str(tmp_path / "gone.json")], "--from-json: file not found"),
+        ([str(bad)], "is not JSON"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             read_json_files(parser, names)
         assert exit_info.value.code == 2
@@ -98,7 +107,8 @@ def test_refuse_flags_given_names_each_flag_set_away_from_its_default(capsys):
     parser.add_argument("--json")
     refuse_flags_given(parser, parser.parse_args(["--json", "x", "--modes", "full"]), ["first_item", "modes"], "why")
     with pytest.raises(SystemExit) as exit_info:
-        refuse_flags_given(parser, parser.parse_args(["--first-item", "3", "--modes", "a"]), ["first_item", "modes"],
-                           "not in a replay")
+        refuse_flags_given(
+            parser, parser.parse_args(["--first-item", "3", "--modes", "a"]), ["first_item", "modes"], "not in a replay"
+        )
     assert exit_info.value.code == 2
     assert "error: --first-item, --modes: not in a replay" in capsys.readouterr().err

@@ -51,10 +51,12 @@ def stub_server():
             if body["max_tokens"] == SLOW_MAX_TOKENS and index == 1:
                 time.sleep(1.5)  # past the test's --request-timeout
             text = oracle_answer(item) if index % 2 == 0 else "[no_such_function(x=1)]"
-            self._reply({
-                "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 100 + index, "completion_tokens": 10},
-            })
+            self._reply(
+                {
+                    "choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 100 + index, "completion_tokens": 10},
+                }
+            )
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -69,10 +71,26 @@ def stub_server():
 def test_bench_scores_writes_json_markdown_and_plot(stub_server, tmp_path, capsys):
     url, requests_seen = stub_server
     out_json, out_md, out_png = tmp_path / "r.json", tmp_path / "r.md", tmp_path / "r.png"
-    rc = main([
-        "--url", url, "--categories", *CATEGORIES, "--limit", "2", "--concurrency", "3",
-        "--max-tokens", "64", "--json", str(out_json), "--markdown", str(out_md), "--plot", str(out_png),
-    ])
+    rc = main(
+        [
+            "--url",
+            url,
+            "--categories",
+            *CATEGORIES,
+            "--limit",
+            "2",
+            "--concurrency",
+            "3",
+            "--max-tokens",
+            "64",
+            "--json",
+            str(out_json),
+            "--markdown",
+            str(out_md),
+            "--plot",
+            str(out_png),
+        ]
+    )
     assert rc == 0
     assert len(requests_seen) == 4
     for body in requests_seen:
@@ -82,9 +100,7 @@ def test_bench_scores_writes_json_markdown_and_plot(stub_server, tmp_path, capsy
     record = json.loads(out_json.read_text())
     (config,) = record["configs"]
     assert (config["policy"], config["budget"]) == ("full", 1.0)
-    assert config["categories"] == {
-        c: {"n": 2, "correct": 1, "accuracy": 50.0} for c in CATEGORIES
-    }
+    assert config["categories"] == {c: {"n": 2, "correct": 1, "accuracy": 50.0} for c in CATEGORIES}
     assert config["average"] == 50.0
     assert [r["valid"] for r in config["items"]] == [True, False, True, False]
     assert config["items"][1]["error_type"] == "simple_function_checker:wrong_func_name"
@@ -113,8 +129,21 @@ def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path, cap
     assert "full@1" in markdown and "snapkv@0.33" in markdown and "- 2 runs, side by side" in markdown
     # Full KV is the default reference of the paired differences; the stub answers alike under both.
     assert "| config | minus full@1 |" in markdown and "| snapkv@0.33 | +0.0 [+0.0, +0.0] |" in markdown
-    assert main(["--from-json", str(full), str(snapkv), "--compare-to", "full@1.0", "snapkv@0.33",
-                 "--markdown", str(merged_md)]) == 0
+    assert (
+        main(
+            [
+                "--from-json",
+                str(full),
+                str(snapkv),
+                "--compare-to",
+                "full@1.0",
+                "snapkv@0.33",
+                "--markdown",
+                str(merged_md),
+            ]
+        )
+        == 0
+    )
     assert "| config | minus full@1 | minus snapkv@0.33 |" in merged_md.read_text()
     for wrong in ("pask@0.33", "full"):
         with pytest.raises(SystemExit) as exit_info:
@@ -135,7 +164,9 @@ def test_runs_over_the_same_items_render_side_by_side(stub_server, tmp_path, cap
         with pytest.raises(SystemExit) as exit_info:
             main(["--from-json", *map(str, files)])
         assert exit_info.value.code == 2
-    assert "configuration full@1 answered simple_python_0 in more than one run (2 items twice)" in capsys.readouterr().err
+    assert (
+        "configuration full@1 answered simple_python_0 in more than one run (2 items twice)" in capsys.readouterr().err
+    )
 
 
 def test_a_tagged_run_stays_apart_from_an_untagged_run_of_the_same_configuration(stub_server, tmp_path, capsys):
@@ -148,15 +179,28 @@ def test_a_tagged_run_stays_apart_from_an_untagged_run_of_the_same_configuration
         main(["--from-json", str(plain), str(other_flags)])
     merged_json, merged_md = tmp_path / "merged.json", tmp_path / "merged.md"
     # A file whose own name holds ':' is read as that file; the tag is what follows the last ':'.
-    assert main(["--from-json", str(plain), f"{other_flags}:k4v2", "--compare-to", "snapkv-k4v2@0.33",
-                 "--json", str(merged_json), "--markdown", str(merged_md)]) == 0
+    assert (
+        main(
+            [
+                "--from-json",
+                str(plain),
+                f"{other_flags}:k4v2",
+                "--compare-to",
+                "snapkv-k4v2@0.33",
+                "--json",
+                str(merged_json),
+                "--markdown",
+                str(merged_md),
+            ]
+        )
+        == 0
+    )
     record = json.loads(merged_json.read_text())
     assert [(c["policy"], c["budget"]) for c in record["configs"]] == [("snapkv", 0.33), ("snapkv-k4v2", 0.33)]
     plain_items, tagged_items = ([(i["id"], i["output"]) for i in c["items"]] for c in record["configs"])
     assert plain_items == tagged_items and len(plain_items) == 2 * len(CATEGORIES)
     assert "| config | minus snapkv-k4v2@0.33 |" in merged_md.read_text()
-    for word, message in ((f"{plain}:", "ends with ':' but names no tag"),
-                          (f"{plain}:a/b", "file not found")):
+    for word, message in ((f"{plain}:", "ends with ':' but names no tag"), (f"{plain}:a/b", "file not found")):
         with pytest.raises(SystemExit) as exit_info:
             main(["--from-json", word])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
@@ -170,15 +214,30 @@ def test_only_picks_configurations_in_its_order_and_leaves_out_runs_over_other_i
     assert main([*common, "--limit", "2", "--policies", "snapkv", "--budgets", "0.33", "--json", str(snapkv)]) == 0
     assert main([*common, "--limit", "1", "--policies", "h2o", "--budgets", "0.2", "--json", str(fewer)]) == 0
     merged = tmp_path / "merged.json"
-    assert main(["--from-json", str(both), str(snapkv), str(fewer), "--only", "snapkv@0.33", "full@1",
-                 "--json", str(merged)]) == 0
+    assert (
+        main(
+            [
+                "--from-json",
+                str(both),
+                str(snapkv),
+                str(fewer),
+                "--only",
+                "snapkv@0.33",
+                "full@1",
+                "--json",
+                str(merged),
+            ]
+        )
+        == 0
+    )
     record = json.loads(merged.read_text())
     assert [(c["policy"], c["budget"]) for c in record["configs"]] == [("snapkv", 0.33), ("full", 1.0)]
     assert len(record["runs"]) == 2  # the h2o run holds none of the configurations shown
-    for argv, message in ((["--from-json", str(both), "--only", "pask@0.33"],
-                           "--only: pask@0.33 in none of the files (full@1)"),
-                          (["--from-json", str(both), "--only", "full"], "--only: 'full' is not POLICY@BUDGET"),
-                          ([*common, "--only", "full@1"], "--only: chooses among --from-json's configurations")):
+    for argv, message in (
+        (["--from-json", str(both), "--only", "pask@0.33"], "--only: pask@0.33 in none of the files (full@1)"),
+        (["--from-json", str(both), "--only", "full"], "--only: 'full' is not POLICY@BUDGET"),
+        ([*common, "--only", "full@1"], "--only: chooses among --from-json's configurations"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
@@ -194,18 +253,39 @@ def test_runs_of_a_configuration_over_disjoint_items_pool_into_one_table(stub_se
         ids.write_text("\n".join(it.id for it in chosen) + "\n")
         for policy, budget in (("full", "1"), ("snapkv", "0.33")):
             runs[policy, batch] = tmp_path / f"{policy}_{batch}.json"
-            assert main(["--url", url, "--ids", str(ids), "--policies", policy, "--budgets", budget,
-                         "--json", str(runs[policy, batch])]) == 0
+            assert (
+                main(
+                    [
+                        "--url",
+                        url,
+                        "--ids",
+                        str(ids),
+                        "--policies",
+                        policy,
+                        "--budgets",
+                        budget,
+                        "--json",
+                        str(runs[policy, batch]),
+                    ]
+                )
+                == 0
+            )
     pooled_json, pooled_md = tmp_path / "pooled.json", tmp_path / "pooled.md"
-    assert main(["--from-json", *map(str, runs.values()), "--json", str(pooled_json), "--markdown", str(pooled_md)]) == 0
+    assert (
+        main(["--from-json", *map(str, runs.values()), "--json", str(pooled_json), "--markdown", str(pooled_md)]) == 0
+    )
     record = json.loads(pooled_json.read_text())
     assert record["n_items"] == 4 and record["ids_file"] is None and len(record["runs"]) == 4
     for config in record["configs"]:
         assert [i["id"] for i in config["items"]] == [it.id for it in [*batches["first"], *batches["second"]]]
         assert config["average"] == 50.0 and config["categories"]["simple_python"] == {
-            "n": 2, "correct": 1, "accuracy": 50.0}
-        assert config["wall_s"] == pytest.approx(sum(
-            json.loads(runs[config["policy"], batch].read_text())["configs"][0]["wall_s"] for batch in batches))
+            "n": 2,
+            "correct": 1,
+            "accuracy": 50.0,
+        }
+        assert config["wall_s"] == pytest.approx(
+            sum(json.loads(runs[config["policy"], batch].read_text())["configs"][0]["wall_s"] for batch in batches)
+        )
     markdown = pooled_md.read_text()
     assert "| simple_python | 50.0 (1/2) | 50.0 (1/2) |" in markdown and "- 4 runs, side by side" in markdown
     # Configurations that end with different items are refused.
@@ -230,19 +310,44 @@ def test_bench_sends_the_chosen_grammar(stub_server):
 def test_an_answer_past_the_request_timeout_counts_as_incorrect_and_the_run_goes_on(stub_server, tmp_path):
     url, _ = stub_server
     out_json = tmp_path / "r.json"
-    assert main(["--url", url, "--categories", *CATEGORIES, "--limit", "2", "--max-tokens", str(SLOW_MAX_TOKENS),
-                 "--request-timeout", "0.5", "--json", str(out_json)]) == 0
+    assert (
+        main(
+            [
+                "--url",
+                url,
+                "--categories",
+                *CATEGORIES,
+                "--limit",
+                "2",
+                "--max-tokens",
+                str(SLOW_MAX_TOKENS),
+                "--request-timeout",
+                "0.5",
+                "--json",
+                str(out_json),
+            ]
+        )
+        == 0
+    )
     (config,) = json.loads(out_json.read_text())["configs"]
     timed_out = [r for r in config["items"] if r["error_type"] == "request_timeout"]
     assert [(r["id"], r["valid"], r["output"], r["finish_reason"]) for r in timed_out] == [
-        (config["items"][1]["id"], False, "", "timeout")]
+        (config["items"][1]["id"], False, "", "timeout")
+    ]
     assert [r["valid"] for r in config["items"]] == [True, False, True, False]
 
 
 def test_servers_started_by_the_bench_run_without_the_radix_cache_unless_asked():
     # Off by default: each item is compressed by its own question, whatever ran before it.
     assert server_flags("--kv-layer-groups 4", "snapkv", 0.33, radix_cache=False) == [
-        "--kv-layer-groups", "4", "--kv-policy", "snapkv", "--kv-budget", "0.33", "--disable-radix-cache"]
+        "--kv-layer-groups",
+        "4",
+        "--kv-policy",
+        "snapkv",
+        "--kv-budget",
+        "0.33",
+        "--disable-radix-cache",
+    ]
     assert "--disable-radix-cache" not in server_flags("", "pask", 0.2, radix_cache=True)
     # Given by the user already: not repeated.
     assert server_flags("--disable-radix-cache", "full", 1.0, radix_cache=False).count("--disable-radix-cache") == 1
@@ -251,22 +356,36 @@ def test_servers_started_by_the_bench_run_without_the_radix_cache_unless_asked()
 def test_the_bench_gives_its_pask_policy_file_to_the_pask_servers_only(tmp_path):
     policy_file = str(tmp_path / "policy.json")
     assert server_flags("", "pask", 0.28, radix_cache=True, pask_policy=policy_file) == [
-        "--kv-policy", "pask", "--kv-budget", "0.28", "--pask-policy", policy_file]
+        "--kv-policy",
+        "pask",
+        "--kv-budget",
+        "0.28",
+        "--pask-policy",
+        policy_file,
+    ]
     assert "--pask-policy" not in server_flags("", "full", 1.0, radix_cache=True, pask_policy=policy_file)
     assert "--pask-policy" not in server_flags("", "snapkv", 0.28, radix_cache=True, pask_policy=policy_file)
 
 
-@pytest.mark.parametrize(("flags", "message"), [
-    (["--server-args", "", "--policies", "full", "snapkv", "--pask-policy", "{file}"],
-     "--pask-policy: no pask configuration to use it (--policies full snapkv)"),
-    (["--server-args", "", "--policies", "pask", "--pask-policy", "{missing}"], "--pask-policy: no such file: "),
-    (["--url", "http://127.0.0.1:9", "--policies", "pask", "--budgets", "0.3", "--pask-policy", "{file}"],
-     "--pask-policy: a running server (--url) has its policy already"),
-    (["--server-args=--kv-layer-groups 4 --pask-policy {file}", "--policies", "full", "pask"],
-     "--server-args holds --pask-policy, which the launcher refuses for full: give it as the bench's own"),
-])
-def test_a_pask_policy_file_no_server_would_read_is_refused_before_any_server_starts(tmp_path, capsys, flags,
-                                                                                     message):
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ["--server-args", "", "--policies", "full", "snapkv", "--pask-policy", "{file}"],
+            "--pask-policy: no pask configuration to use it (--policies full snapkv)",
+        ),
+        (["--server-args", "", "--policies", "pask", "--pask-policy", "{missing}"], "--pask-policy: no such file: "),
+        (
+            ["--url", "http://127.0.0.1:9", "--policies", "pask", "--budgets", "0.3", "--pask-policy", "{file}"],
+            "--pask-policy: a running server (--url) has its policy already",
+        ),
+        (
+            ["--server-args=--kv-layer-groups 4 --pask-policy {file}", "--policies", "full", "pask"],
+            "--server-args holds --pask-policy, which the launcher refuses for full: give it as the bench's own",
+        ),
+    ],
+)
+def test_a_pask_policy_file_no_server_would_read_is_refused_before_any_server_starts(tmp_path, capsys, flags, message):
     policy_file = tmp_path / "policy.json"
     policy_file.write_text("{}")
     argv = [f.format(file=policy_file, missing=tmp_path / "missing.json") for f in flags]
@@ -275,8 +394,9 @@ def test_a_pask_policy_file_no_server_would_read_is_refused_before_any_server_st
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def test_a_configuration_whose_server_dies_ends_the_run_but_keeps_the_finished_ones(stub_server, tmp_path,
-                                                                                    monkeypatch, capsys):
+def test_a_configuration_whose_server_dies_ends_the_run_but_keeps_the_finished_ones(
+    stub_server, tmp_path, monkeypatch, capsys
+):
     import bench.bfcl as bfcl
 
     url, _ = stub_server
@@ -302,8 +422,25 @@ def test_a_configuration_whose_server_dies_ends_the_run_but_keeps_the_finished_o
     monkeypatch.setattr(bfcl, "ServerProcess", StubOrDeadServer)
     monkeypatch.setattr(bfcl, "served_model", lambda server_url: "stub-model")
     out_json, out_md = tmp_path / "r.json", tmp_path / "r.md"
-    code = main(["--server-args", "", "--categories", *CATEGORIES, "--limit", "2", "--policies", "full", "snapkv",
-                 "--budgets", "0.5", "--json", str(out_json), "--markdown", str(out_md)])
+    code = main(
+        [
+            "--server-args",
+            "",
+            "--categories",
+            *CATEGORIES,
+            "--limit",
+            "2",
+            "--policies",
+            "full",
+            "snapkv",
+            "--budgets",
+            "0.5",
+            "--json",
+            str(out_json),
+            "--markdown",
+            str(out_md),
+        ]
+    )
     assert code == 1
     err = capsys.readouterr().err
     assert "error: the snapkv@0.5 run failed (ConnectionError" in err and "Killed (out of memory)" in err
@@ -312,7 +449,6 @@ def test_a_configuration_whose_server_dies_ends_the_run_but_keeps_the_finished_o
     assert [c["policy"] for c in record["configs"]] == ["full"]
     assert [r["valid"] for r in record["configs"][0]["items"]] == [True, False, True, False]
     assert "- **incomplete**: the snapkv@0.5 run failed" in out_md.read_text()
-
 
 
 def test_from_json_refuses_flags_that_only_shape_a_run(tmp_path, capsys):
@@ -327,7 +463,16 @@ def test_every_flag_is_either_a_run_flag_or_meaningful_in_a_replay():
 
     dests = {a.dest for a in build_parser()._actions} - {"help"}
     assert set(LIVE_RUN_FLAGS) <= dests
-    assert dests - set(LIVE_RUN_FLAGS) == {"url", "server_args", "from_json", "json", "markdown", "plot", "compare_to", "only"}
+    assert dests - set(LIVE_RUN_FLAGS) == {
+        "url",
+        "server_args",
+        "from_json",
+        "json",
+        "markdown",
+        "plot",
+        "compare_to",
+        "only",
+    }
 
 
 @pytest.mark.parametrize("content", ["[1, 2]", '{"command": "x"}', '{"configs": 3}'])
@@ -350,8 +495,20 @@ def test_from_json_refuses_a_non_json_file(tmp_path, capsys):  # the shared read
 
 def _config(policy: str, budget: float, verdicts: dict[str, bool]) -> ConfigResult:
     """A configuration whose items (all ``simple_python``) have these verdicts."""
-    items = [ItemResult(id=i, category="simple_python", output="", valid=v, error_type="", latency_s=0.0,
-                        prompt_tokens=1, completion_tokens=1, finish_reason="stop") for i, v in verdicts.items()]
+    items = [
+        ItemResult(
+            id=i,
+            category="simple_python",
+            output="",
+            valid=v,
+            error_type="",
+            latency_s=0.0,
+            prompt_tokens=1,
+            completion_tokens=1,
+            finish_reason="stop",
+        )
+        for i, v in verdicts.items()
+    ]
     return ConfigResult(policy, budget, items)
 
 
@@ -362,9 +519,12 @@ def test_item_by_item_counts_the_items_only_one_side_answered_and_tests_the_spli
     assert disagreements(a, b) == (10, 2) and disagreements(b, a) == (2, 10)
     table = format_item_by_item([b, a], [b])
     # Exact two-sided sign test: P(X <= 2 | n = 12, 1/2) * 2 = 2 * 79 / 4096.
-    assert table.splitlines() == ["| config | against full@1 |", "|---|---:|", "| full@1 | - |",
-                                  f"| pask@0.28 | 10 : 2 (p = {2 * 79 / 4096:.2g}) |"]
+    assert table.splitlines() == [
+        "| config | against full@1 |",
+        "|---|---:|",
+        "| full@1 | - |",
+        f"| pask@0.28 | 10 : 2 (p = {2 * 79 / 4096:.2g}) |",
+    ]
     other_items = _config("snapkv", 0.28, {"x": True})
     with pytest.raises(ValueError, match="did not answer the same items"):
         disagreements(other_items, b)
-

@@ -46,8 +46,10 @@ def test_known_good_answers_in_model_style():
         ("[triangle_area(base=10, height=5)]", "simple_function_checker:wrong_func_name"),
         ('[calculate_triangle_area(base="10", height=5)]', "type_error:simple"),
         ("[calculate_triangle_area(base=10, height=5, colour=1)]", "simple_function_checker:unexpected_param"),
-        ("[calculate_triangle_area(base=10, height=5), calculate_triangle_area(base=1, height=2)]",
-         "simple_function_checker:wrong_count"),
+        (
+            "[calculate_triangle_area(base=10, height=5), calculate_triangle_area(base=1, height=2)]",
+            "simple_function_checker:wrong_count",
+        ),
         ("The area is 25 square units.", "ast_decoder:decoder_failed"),
         ("[calculate_triangle_area(base=10, height=5", "ast_decoder:decoder_failed"),
         ("[10, 5]", "ast_decoder:decoder_failed"),

@@ -48,7 +48,7 @@ def test_messages_put_bfcl_system_prompt_with_function_docs_first():
     system = messages[0]["content"]
     assert system.startswith("You are an expert in composing functions.")
     assert "[func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]" in system
-    docs = json.loads(system[system.index("\n[\n") + 1:])
+    docs = json.loads(system[system.index("\n[\n") + 1 :])
     assert [d["name"] for d in docs] == ["calculate_triangle_area"]
     assert docs[0]["description"].endswith("Note that the provided function is in Python 3 syntax.")
     assert messages[1] == item.messages[0]

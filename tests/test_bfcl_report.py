@@ -11,9 +11,21 @@ from sglang_pask.bfcl.report import ConfigResult, ItemResult, format_differences
 
 def config(policy: str, budget: float, verdicts: dict[str, list[bool]]) -> ConfigResult:
     """A configuration whose answers to ``category_i`` are ``verdicts[category][i]``."""
-    items = [ItemResult(id=f"{category}_{i}", category=category, output="", valid=valid, error_type="",
-                        latency_s=0.0, prompt_tokens=1, completion_tokens=1, finish_reason="stop")
-             for category, column in verdicts.items() for i, valid in enumerate(column)]
+    items = [
+        ItemResult(
+            id=f"{category}_{i}",
+            category=category,
+            output="",
+            valid=valid,
+            error_type="",
+            latency_s=0.0,
+            prompt_tokens=1,
+            completion_tokens=1,
+            finish_reason="stop",
+        )
+        for category, column in verdicts.items()
+        for i, valid in enumerate(column)
+    ]
     return ConfigResult(policy, budget, items)
 
 
@@ -35,7 +47,10 @@ def test_a_configuration_equal_to_the_reference_differs_by_exactly_zero():
 def test_the_point_difference_is_the_difference_of_the_category_means():
     rng = random.Random()
     reference = config("full", 1.0, random_verdicts(rng, SIZES, 0.6))
-    others = [config("snapkv", 0.3, random_verdicts(rng, SIZES, 0.3)), config("pask", 0.3, random_verdicts(rng, SIZES, 0.5))]
+    others = [
+        config("snapkv", 0.3, random_verdicts(rng, SIZES, 0.3)),
+        config("pask", 0.3, random_verdicts(rng, SIZES, 0.5)),
+    ]
     for other, difference in zip(others, paired_differences(others, reference, resamples=2000)):
         assert difference.points == pytest.approx(other.average() - reference.average())
         assert difference.low <= difference.points <= difference.high
@@ -91,5 +106,9 @@ def test_the_table_has_a_column_per_reference_and_no_self_comparison():
     weaker = config("snapkv", 0.3, {"simple_python": [True, False, False, False], "multiple": [False] * 4})
     table = format_differences([full, weaker], [full, weaker]).splitlines()
     assert table[0] == "| config | minus full@1 | minus snapkv@0.3 |"
-    assert table[2].startswith("| full@1 | - | +") and table[3].startswith("| snapkv@0.3 | -") and table[3].endswith(" | - |")
+    assert (
+        table[2].startswith("| full@1 | - | +")
+        and table[3].startswith("| snapkv@0.3 | -")
+        and table[3].endswith(" | - |")
+    )
     assert "-37.5 [" in table[3]  # (25 - 75) / 2 + (0 - 25) / 2

@@ -20,9 +20,7 @@ from sglang_pask.bfcl.split import (
 
 def test_committed_file_matches_the_rule():
     items = load_items()
-    assert CALIBRATION_IDS_PATH.read_text(encoding="utf-8") == render_calibration_file(
-        compute_calibration_ids(items)
-    )
+    assert CALIBRATION_IDS_PATH.read_text(encoding="utf-8") == render_calibration_file(compute_calibration_ids(items))
 
 
 def test_splits_are_disjoint_and_cover_every_item_with_about_ten_percent_per_category():
@@ -44,9 +42,7 @@ def test_rule_is_independent_of_item_order():
 
 def test_split_then_limit_is_deterministic():
     calibration = load_calibration_ids()
-    expected = [
-        it.id for c in ("parallel", "live_simple") for it in load_items([c]) if it.id not in calibration
-    ]
+    expected = [it.id for c in ("parallel", "live_simple") for it in load_items([c]) if it.id not in calibration]
     expected = expected[:3] + [i for i in expected if i.startswith("live_simple")][:3]
     first = select_items(["parallel", "live_simple"], "eval", None, 3)
     second = select_items(["parallel", "live_simple"], "eval", None, 3)

@@ -23,7 +23,9 @@ def _item(item_id: str):
 
 
 def _accepts(ebnf: str, text: str) -> bool:
-    matcher = xgr.GrammarMatcher(_COMPILER.compile_grammar(xgr.Grammar.from_ebnf(ebnf)), terminate_without_stop_token=True)
+    matcher = xgr.GrammarMatcher(
+        _COMPILER.compile_grammar(xgr.Grammar.from_ebnf(ebnf)), terminate_without_stop_token=True
+    )
     return matcher.accept_string(text) and matcher.is_terminated()
 
 
@@ -32,7 +34,9 @@ OUTSIDE_ITS_ENUM = "live_parallel_multiple_2-2-0"
 
 
 @pytest.mark.parametrize(
-    "item", [it for c in AST_CATEGORIES for it in load_category(c)[:3] if it.id != OUTSIDE_ITS_ENUM], ids=lambda it: it.id
+    "item",
+    [it for c in AST_CATEGORIES for it in load_category(c)[:3] if it.id != OUTSIDE_ITS_ENUM],
+    ids=lambda it: it.id,
 )
 def test_the_oracle_answer_in_declared_order_is_accepted_and_correct(item):
     answer = oracle_answer(item, declared_order=True)
@@ -71,36 +75,54 @@ def test_what_the_loose_grammar_allows_and_the_strict_one_does_not():
 
 
 def test_enums_arrays_floats_booleans_and_untyped_values():
-    functions = [{
-        "name": "f",
-        "parameters": {
-            "type": "dict",
-            "properties": {
-                "unit": {"type": "string", "enum": ["celsius", "it's"]},
-                "level": {"type": "integer", "enum": [1, 2]},
-                "xs": {"type": "array", "items": {"type": "float"}},
-                "flag": {"type": "boolean"},
-                "blob": {"type": "any"},
-                "mixed": {"type": "integer", "enum": ["1", "2"]},  # enum values not of the type: the type rules
+    functions = [
+        {
+            "name": "f",
+            "parameters": {
+                "type": "dict",
+                "properties": {
+                    "unit": {"type": "string", "enum": ["celsius", "it's"]},
+                    "level": {"type": "integer", "enum": [1, 2]},
+                    "xs": {"type": "array", "items": {"type": "float"}},
+                    "flag": {"type": "boolean"},
+                    "blob": {"type": "any"},
+                    "mixed": {"type": "integer", "enum": ["1", "2"]},  # enum values not of the type: the type rules
+                },
+                "required": ["unit"],
             },
-            "required": ["unit"],
         },
-    }, {"name": "g", "parameters": {"type": "dict", "properties": {}}}]
+        {"name": "g", "parameters": {"type": "dict", "properties": {}}},
+    ]
     ebnf = strict_call_list_ebnf(functions)
     for text in (
-        "[f(unit='celsius')]", '[f(unit="it\'s")]', "[f(unit=\"celsius\", level=2, xs=[1, 2.5, -3e2], flag=False)]",
+        "[f(unit='celsius')]",
+        '[f(unit="it\'s")]',
+        '[f(unit="celsius", level=2, xs=[1, 2.5, -3e2], flag=False)]',
         '[f(unit="celsius", blob={"k": [None]}, mixed=7), g()]',
     ):
         assert _accepts(ebnf, text), text
     for text in (
-        "[f(unit='kelvin')]", "[f(unit='it's')]", "[f(unit='celsius', level=3)]", "[f(unit='celsius', xs=['a'])]",
-        "[f(unit='celsius', flag=1)]", "[f(unit='celsius', mixed='1')]", "[g(unit='celsius')]",
+        "[f(unit='kelvin')]",
+        "[f(unit='it's')]",
+        "[f(unit='celsius', level=3)]",
+        "[f(unit='celsius', xs=['a'])]",
+        "[f(unit='celsius', flag=1)]",
+        "[f(unit='celsius', mixed='1')]",
+        "[g(unit='celsius')]",
     ):
         assert not _accepts(ebnf, text), text
 
 
 def test_a_function_without_required_parameters_may_be_called_with_none_or_any_subset():
-    functions = [{"name": "h", "parameters": {"type": "dict", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}}}]
+    functions = [
+        {
+            "name": "h",
+            "parameters": {
+                "type": "dict",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+            },
+        }
+    ]
     ebnf = strict_call_list_ebnf(functions)
     for text in ("[h()]", "[h(a=1)]", "[h(b=2)]", "[h(c=3)]", "[h(a=1, c=3)]", "[h(b=2, c=3)]", "[h(a=1, b=2, c=3)]"):
         assert _accepts(ebnf, text), text
@@ -109,7 +131,16 @@ def test_a_function_without_required_parameters_may_be_called_with_none_or_any_s
 
 
 def test_required_parameters_after_optional_ones():
-    functions = [{"name": "k", "parameters": {"type": "dict", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}}, "required": ["b"]}}]
+    functions = [
+        {
+            "name": "k",
+            "parameters": {
+                "type": "dict",
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}, "c": {"type": "integer"}},
+                "required": ["b"],
+            },
+        }
+    ]
     ebnf = strict_call_list_ebnf(functions)
     for text in ("[k(b=2)]", "[k(a=1, b=2)]", "[k(b=2, c=3)]", "[k(a=1, b=2, c=3)]"):
         assert _accepts(ebnf, text), text

@@ -13,17 +13,23 @@ from types import SimpleNamespace
 import psutil
 import pytest
 
-from sglang_pask.calibrate import (balance_by_category, floors_from_sensitivity, policy_table,
-                                   shares_from_distortion, spread_joint_sensitivity)
+from sglang_pask.calibrate import (
+    balance_by_category,
+    floors_from_sensitivity,
+    policy_table,
+    shares_from_distortion,
+    spread_joint_sensitivity,
+)
 from sglang_pask.policy import load_policy_file
 from sglang_pask.policy.pask import NUM_ROLES
 from sglang_pask.policy.pask_file import table_to_json
-from sglang_pask.structure.roles import LABELS, Role
+from sglang_pask.structure.roles import LABELS
 
 
 def calibrate(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True,
-                          timeout=900)
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True, timeout=900
+    )
 
 
 def measured_policy(tmp_path, model_name: str = "m") -> tuple:
@@ -33,18 +39,33 @@ def measured_policy(tmp_path, model_name: str = "m") -> tuple:
     under keep, it is no token of the prompt at all.
     """
     joint = {"func_name": 0.5, "user_question": 0.5, "system_text": 0.25, "boundary": 0.25}
-    per_group = {"0:func_name": 0.5, "1:func_name": 0.0, "0:user_question": 0.0, "1:user_question": 0.5,
-                 "0:system_text": 0.25, "1:system_text": 0.0, "0:boundary": 0.0, "1:boundary": 0.25}
+    per_group = {
+        "0:func_name": 0.5,
+        "1:func_name": 0.0,
+        "0:user_question": 0.0,
+        "1:user_question": 0.5,
+        "0:system_text": 0.25,
+        "1:system_text": 0.0,
+        "0:boundary": 0.0,
+        "1:boundary": 0.25,
+    }
     compress = {"func_name": 0.1, "user_question": 0.1, "system_text": 0.4, "boundary": 0.4}
     keep = {"user_question": 0.1, "system_text": 0.45, "boundary": 0.45}
     frequencies = [compress.get(label, 0.0) for label in LABELS]
     per_group_rows = [[per_group.get(f"{g}:{label}", 0.0) for label in LABELS] for g in range(2)]
     joint_row = [joint.get(label, 0.0) for label in LABELS]
     table = policy_table(per_group_rows, joint_row, [0.2, 0.1], [2, 2], frequencies, 0.5, 0.6)
-    calibration = {"command": "calibrate", "date": "2026-12-01", "items": ["simple_python_1"], "budget": 0.5,
-                   "kv_decode": "compress", "error_rate_dropped_everywhere": joint,
-                   "error_rate_dropped": per_group, "distortion": [0.2, 0.1],
-                   "role_frequencies_by_decode_mode": {"compress": compress, "keep": keep}}
+    calibration = {
+        "command": "calibrate",
+        "date": "2026-12-01",
+        "items": ["simple_python_1"],
+        "budget": 0.5,
+        "kv_decode": "compress",
+        "error_rate_dropped_everywhere": joint,
+        "error_rate_dropped": per_group,
+        "distortion": [0.2, 0.1],
+        "role_frequencies_by_decode_mode": {"compress": compress, "keep": keep},
+    }
     path = tmp_path / "source.json"
     path.write_text(json.dumps(table_to_json(table, model_name, [range(0, 2), range(2, 4)], calibration)))
     model = tmp_path / model_name
@@ -78,8 +99,11 @@ def test_shares_follow_layer_weighted_distortion():
 
 
 def test_sensitivity_items_balanced_by_category_keep_order_and_spread():
-    items = [SimpleNamespace(id=f"{category}_{i}", category=category)
-             for category, count in (("simple", 6), ("parallel_multiple", 1), ("multiple", 4)) for i in range(count)]
+    items = [
+        SimpleNamespace(id=f"{category}_{i}", category=category)
+        for category, count in (("simple", 6), ("parallel_multiple", 1), ("multiple", 4))
+        for i in range(count)
+    ]
     chosen = [item.id for item in balance_by_category(items, 2)]
     assert chosen == ["simple_0", "simple_3", "parallel_multiple_0", "multiple_0", "multiple_2"]
     assert balance_by_category(items, None) == items
@@ -87,10 +111,18 @@ def test_sensitivity_items_balanced_by_category_keep_order_and_spread():
 
 
 def test_bad_arguments_exit_2():
-    for args in (["--budget", "1.5"], ["--limit", "0"], ["--sensitivity-per-category", "0"], ["--kv-layer-groups", "3-1"], ["--max-protected-share", "0"],
-                 ["--sinks", "-1"], ["--out", "/no/such/directory/policy.json"]):  # refused before a 40-minute run, not after
-        run = subprocess.run([sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True,
-                             timeout=120)
+    for args in (
+        ["--budget", "1.5"],
+        ["--limit", "0"],
+        ["--sensitivity-per-category", "0"],
+        ["--kv-layer-groups", "3-1"],
+        ["--max-protected-share", "0"],
+        ["--sinks", "-1"],
+        ["--out", "/no/such/directory/policy.json"],
+    ):  # refused before a 40-minute run, not after
+        run = subprocess.run(
+            [sys.executable, "-m", "sglang_pask.calibrate", *args], capture_output=True, text=True, timeout=120
+        )
         assert run.returncode == 2 and "error" in run.stderr
     assert "cannot write /no/such/directory/policy.json: directory /no/such/directory does not exist" in run.stderr
 
@@ -98,8 +130,9 @@ def test_bad_arguments_exit_2():
 def test_refit_for_keep_fits_the_floors_to_the_prompts_roles(tmp_path):
     source, model, per_group, joint, keep = measured_policy(tmp_path)
     out = tmp_path / "keep.json"
-    run = calibrate("--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
-                    "--out", str(out))
+    run = calibrate(
+        "--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4", "--out", str(out)
+    )
     assert run.returncode == 0, run.stderr
     data = json.loads(out.read_text())
     expected = policy_table(per_group, joint, [0.2, 0.1], [2, 2], keep, 0.4, 0.6)
@@ -120,8 +153,20 @@ def test_refit_for_keep_fits_the_floors_to_the_prompts_roles(tmp_path):
     assert table.floors[1][question] == 1.0 and table.sinks == 0 and "sinks" not in data
     # --sinks writes the sinks and changes nothing else.
     with_sinks = tmp_path / "keep_sinks.json"
-    run = calibrate("--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
-                    "--sinks", "4", "--out", str(with_sinks))
+    run = calibrate(
+        "--refit",
+        str(source),
+        "--model-path",
+        str(model),
+        "--kv-decode",
+        "keep",
+        "--budget",
+        "0.4",
+        "--sinks",
+        "4",
+        "--out",
+        str(with_sinks),
+    )
     assert run.returncode == 0, run.stderr
     assert load_policy_file(with_sinks, 4, [range(0, 2), range(2, 4)], "m") == dataclasses.replace(table, sinks=4)
 
@@ -129,12 +174,36 @@ def test_refit_for_keep_fits_the_floors_to_the_prompts_roles(tmp_path):
 def test_refit_refuses_another_grammar_than_its_measurements(tmp_path):
     source, model, _, _, _ = measured_policy(tmp_path)  # written without "grammar": the loose ebnf
     out = tmp_path / "strict.json"
-    run = calibrate("--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
-                    "--grammar", "ebnf-strict", "--out", str(out))
+    run = calibrate(
+        "--refit",
+        str(source),
+        "--model-path",
+        str(model),
+        "--kv-decode",
+        "keep",
+        "--budget",
+        "0.4",
+        "--grammar",
+        "ebnf-strict",
+        "--out",
+        str(out),
+    )
     assert run.returncode == 2 and not out.exists()
     assert "taken under --grammar ebnf; a refit cannot change the grammar" in run.stderr
-    same = calibrate("--refit", str(source), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
-                     "--grammar", "ebnf", "--out", str(out))
+    same = calibrate(
+        "--refit",
+        str(source),
+        "--model-path",
+        str(model),
+        "--kv-decode",
+        "keep",
+        "--budget",
+        "0.4",
+        "--grammar",
+        "ebnf",
+        "--out",
+        str(out),
+    )
     assert same.returncode == 0, same.stderr
 
 
@@ -145,8 +214,12 @@ def test_refit_of_a_file_older_than_a_refined_role_counts_it_as_the_role_it_refi
     data["calibration"]["error_rate_dropped"].update({"0:schema_description": 0.5, "1:schema_description": 0.0})
     # Written before schema_example existed; its tokens then were schema_description's (0.1 + 0.05).
     data["calibration"]["role_frequencies_by_decode_mode"]["keep"] = {
-        "user_question": 0.1, "system_text": 0.375, "boundary": 0.375, "schema_description": 0.1,
-        "schema_example": 0.05}
+        "user_question": 0.1,
+        "system_text": 0.375,
+        "boundary": 0.375,
+        "schema_description": 0.1,
+        "schema_example": 0.05,
+    }
     column = data["roles"].index("schema_example")
     del data["roles"][column]
     for row in data["floors"]:
@@ -154,8 +227,9 @@ def test_refit_of_a_file_older_than_a_refined_role_counts_it_as_the_role_it_refi
     old = tmp_path / "old.json"
     old.write_text(json.dumps(data))
     out = tmp_path / "keep.json"
-    run = calibrate("--refit", str(old), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4",
-                    "--out", str(out))
+    run = calibrate(
+        "--refit", str(old), "--model-path", str(model), "--kv-decode", "keep", "--budget", "0.4", "--out", str(out)
+    )
     assert run.returncode == 0, run.stderr
     refit = json.loads(out.read_text())
     description, example = LABELS.index("schema_description"), LABELS.index("schema_example")
@@ -184,12 +258,16 @@ def test_refit_refuses_what_its_source_cannot_give(tmp_path):
     for args, message in (
         (["--refit", str(keep_only), "--model-path", str(model), "--kv-decode", "compress"], "cannot be refitted"),
         (["--refit", str(broken), "--model-path", str(model)], "not a calibrated policy file"),
-        (["--refit", str(unknown_items), "--model-path", str(model), "--kv-decode", "keep"],
-         "items ['no_such_item'] are not in the BFCL data"),
+        (
+            ["--refit", str(unknown_items), "--model-path", str(model), "--kv-decode", "keep"],
+            "items ['no_such_item'] are not in the BFCL data",
+        ),
         (["--refit", str(tmp_path / "absent.json"), "--model-path", str(model)], "cannot read it"),
         (["--refit", str(source), "--model-path", str(other)], "calibrated for model 'm'"),
-        (["--refit", str(source), "--model-path", str(model), "--sensitivity-per-category", "3", "--limit", "4"],
-         "so --limit, --sensitivity-per-category would have no effect"),
+        (
+            ["--refit", str(source), "--model-path", str(model), "--sensitivity-per-category", "3", "--limit", "4"],
+            "so --limit, --sensitivity-per-category would have no effect",
+        ),
     ):
         run = calibrate(*args, "--out", str(tmp_path / "out.json"))
         assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
@@ -201,10 +279,30 @@ def test_refit_refuses_what_its_source_cannot_give(tmp_path):
 def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, tmp_path):
     out = tmp_path / "policy.json"
     run = subprocess.run(
-        [sys.executable, "-m", "sglang_pask.calibrate", "--model-path", str(tiny_model_dir), "--out", str(out),
-         "--kv-layer-groups", "0-0,1-1", "--limit", "2", "--max-tokens", "12", "--min-role-share", "0.05",
-         "--budget", "0.5", "--grammar", "ebnf-strict"],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "sglang_pask.calibrate",
+            "--model-path",
+            str(tiny_model_dir),
+            "--out",
+            str(out),
+            "--kv-layer-groups",
+            "0-0,1-1",
+            "--limit",
+            "2",
+            "--max-tokens",
+            "12",
+            "--min-role-share",
+            "0.05",
+            "--budget",
+            "0.5",
+            "--grammar",
+            "ebnf-strict",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -225,23 +323,49 @@ def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, 
     assert recorded["keep"]["template"] > 0 and recorded["keep"]["func_name"] == 0
     out.write_text(json.dumps(data))
     refitted = tmp_path / "keep.json"
-    run = calibrate("--refit", str(out), "--model-path", str(tiny_model_dir), "--kv-decode", "keep",
-                    "--budget", "0.5", "--out", str(refitted))
+    run = calibrate(
+        "--refit",
+        str(out),
+        "--model-path",
+        str(tiny_model_dir),
+        "--kv-decode",
+        "keep",
+        "--budget",
+        "0.5",
+        "--out",
+        str(refitted),
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(refitted.read_text())["role_frequencies"] == pytest.approx(recorded["keep"])
 
 
 @pytest.mark.server
 def test_sigterm_mid_stage_stops_the_calibration_and_its_server_without_sending_the_queued_probes(
-        tiny_model_dir, tmp_path):
+    tiny_model_dir, tmp_path
+):
     model = tmp_path / "model"  # a path of this test's own, to find its server by
     model.symlink_to(tiny_model_dir, target_is_directory=True)
     server_pattern = f"model-path {model} --kv-policy full"
     out = tmp_path / "policy.json"
     process = subprocess.Popen(
-        [sys.executable, "-m", "sglang_pask.calibrate", "--model-path", str(model), "--out", str(out),
-         "--kv-layer-groups", "0-0,1-1", "--max-tokens", "64", "--concurrency", "2"],
-        stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "sglang_pask.calibrate",
+            "--model-path",
+            str(model),
+            "--out",
+            str(out),
+            "--kv-layer-groups",
+            "0-0,1-1",
+            "--max-tokens",
+            "64",
+            "--concurrency",
+            "2",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     done = re.compile(r"baseline \(full KV\):[^|]*\|[^|]*\| *(\d+)/(\d+)")
     seen = ""
     try:

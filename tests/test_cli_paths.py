@@ -29,11 +29,18 @@ def test_paths_that_cannot_be_written_are_refused(tmp_path, make, message):
         output_file(str(make(tmp_path)))
 
 
-@pytest.mark.parametrize("module", ["bench.bfcl", "bench.long_context", "bench.memory", "bench.order_dependence",
-                                    "bench.pivot_profile"])
+@pytest.mark.parametrize(
+    "module", ["bench.bfcl", "bench.long_context", "bench.memory", "bench.order_dependence", "bench.pivot_profile"]
+)
 def test_benchmarks_refuse_an_unwritable_json_path_before_running(module):
-    run = subprocess.run([sys.executable, "-m", module, "--json", "/no/such/directory/out.json"],
-                         capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-m", module, "--json", "/no/such/directory/out.json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 2
-    assert "argument --json: cannot write /no/such/directory/out.json: directory /no/such/directory does not exist" \
+    assert (
+        "argument --json: cannot write /no/such/directory/out.json: directory /no/such/directory does not exist"
         in run.stderr
+    )

@@ -76,15 +76,30 @@ def test_broken_environment_config_is_a_clear_error(monkeypatch):
 
 
 def test_structkv_defaults_and_round_trip(monkeypatch):
-    config = PaskConfig(kv_policy="snapkv", kv_budget=0.5, structkv=True, structkv_pivot=7,
-                        structkv_mode="fixed-pivot", structkv_prefill_ratio=0.3, structkv_kv_ratio=0.15,
-                        structkv_window=16, structkv_select="tokens", structkv_kv_score="centrality")
+    config = PaskConfig(
+        kv_policy="snapkv",
+        kv_budget=0.5,
+        structkv=True,
+        structkv_pivot=7,
+        structkv_mode="fixed-pivot",
+        structkv_prefill_ratio=0.3,
+        structkv_kv_ratio=0.15,
+        structkv_window=16,
+        structkv_select="tokens",
+        structkv_kv_score="centrality",
+    )
     config.publish()
     assert PaskConfig.from_env() == config
     default = PaskConfig(structkv=True)
-    assert (default.structkv_prefill_ratio, default.structkv_kv_ratio, default.structkv_pivot,
-            default.structkv_mode, default.structkv_window, default.structkv_select, default.structkv_kv_score) == (
-        0.2, 0.1, "auto", "structkv", 32, "segments", "own")
+    assert (
+        default.structkv_prefill_ratio,
+        default.structkv_kv_ratio,
+        default.structkv_pivot,
+        default.structkv_mode,
+        default.structkv_window,
+        default.structkv_select,
+        default.structkv_kv_score,
+    ) == (0.2, 0.1, "auto", "structkv", 32, "segments", "own")
 
 
 @pytest.mark.parametrize(
@@ -130,17 +145,27 @@ def test_kv_decode_default_round_trip_and_check():
     [
         ({"kv_dropped": "4bit"}, "--kv-dropped: unknown mode '4bit'; choose from drop, 2bit, k4v2"),
         ({"kv_dropped": "2bit", "kv_decode": "keep"}, "--kv-dropped 2bit: nothing is dropped with --kv-policy full"),
-        ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 1.0, "kv_decode": "keep"},
-         "nothing is dropped with --kv-policy snapkv at --kv-budget 1"),
-        ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2},
-         "--kv-dropped 2bit needs --kv-decode keep or lowbit"),
-        ({"kv_dropped": "k4v2", "kv_policy": "snapkv", "kv_budget": 0.2},
-         "--kv-dropped k4v2 needs --kv-decode keep or lowbit"),
-        ({"kv_decode": "lowbit", "kv_policy": "snapkv", "kv_budget": 0.2},
-         "--kv-decode lowbit stores generated tokens in low-bit blocks: it needs --kv-dropped 2bit or k4v2, "
-         "got --kv-dropped drop"),
-        ({"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2, "kv_decode": "keep", "structkv": True},
-         "--kv-dropped 2bit: not supported with --structkv"),
+        (
+            {"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 1.0, "kv_decode": "keep"},
+            "nothing is dropped with --kv-policy snapkv at --kv-budget 1",
+        ),
+        (
+            {"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2},
+            "--kv-dropped 2bit needs --kv-decode keep or lowbit",
+        ),
+        (
+            {"kv_dropped": "k4v2", "kv_policy": "snapkv", "kv_budget": 0.2},
+            "--kv-dropped k4v2 needs --kv-decode keep or lowbit",
+        ),
+        (
+            {"kv_decode": "lowbit", "kv_policy": "snapkv", "kv_budget": 0.2},
+            "--kv-decode lowbit stores generated tokens in low-bit blocks: it needs --kv-dropped 2bit or k4v2, "
+            "got --kv-dropped drop",
+        ),
+        (
+            {"kv_dropped": "2bit", "kv_policy": "snapkv", "kv_budget": 0.2, "kv_decode": "keep", "structkv": True},
+            "--kv-dropped 2bit: not supported with --structkv",
+        ),
     ],
 )
 def test_kv_dropped_is_checked(kwargs, message):
@@ -196,9 +221,16 @@ def test_flags_needing_structkv_are_refused_without_it():
 
     parser = argparse.ArgumentParser()
     add_cli_args(parser)
-    samples = {"structkv_min_prompt": "1", "structkv_prefill_ratio": "0.5", "structkv_kv_ratio": "0.5",
-               "structkv_pivot": "auto", "structkv_mode": "structkv", "structkv_window": "8",
-               "structkv_select": "tokens", "structkv_kv_score": "own"}
+    samples = {
+        "structkv_min_prompt": "1",
+        "structkv_prefill_ratio": "0.5",
+        "structkv_kv_ratio": "0.5",
+        "structkv_pivot": "auto",
+        "structkv_mode": "structkv",
+        "structkv_window": "8",
+        "structkv_select": "tokens",
+        "structkv_kv_score": "own",
+    }
     assert [name for name, spec in flag_specs() if spec.needs == "structkv"] == list(samples)
     for name, value in samples.items():
         with pytest.raises(ConfigError, match=re.escape(f"{flag_name(name)} needs --structkv")):
@@ -242,8 +274,10 @@ def test_bad_policy_args_name_the_key(policy, text, message):
     assert str(err.value) == f"--kv-policy-args {text}: {message}"
 
 
-@pytest.mark.parametrize("text, message", [("k", "expected KEY=VALUE"), ("a=1,a=2", "a given more than once"),
-                                           ("a=1,,b=2", "expected KEY=VALUE")])
+@pytest.mark.parametrize(
+    "text, message",
+    [("k", "expected KEY=VALUE"), ("a=1,a=2", "a given more than once"), ("a=1,,b=2", "expected KEY=VALUE")],
+)
 def test_malformed_policy_args_are_refused(text, message):
     from sglang_pask.config import parse_policy_args
 

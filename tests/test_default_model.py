@@ -69,12 +69,16 @@ def _fake_wheels(model: PackedModel, folder, parts: list[bytes]):
 def test_parts_reassemble_in_order_and_a_wrong_magic_is_refused(tmp_path):
     model = PackedModel("Fake-Model", "fake-model-part", "1.0", 3, "1 KB")
     chunks = [b"GGUF" + bytes(range(10)), bytes(range(10, 200)), b"tail"]
-    out = default_model._reassemble(model, _fake_wheels(model, tmp_path, chunks), tmp_path / "model.gguf", lambda line: None)
+    out = default_model._reassemble(
+        model, _fake_wheels(model, tmp_path, chunks), tmp_path / "model.gguf", lambda line: None
+    )
     assert out.read_bytes() == b"".join(chunks)
     bad = tmp_path / "bad"
     bad.mkdir()
     with pytest.raises(DefaultModelError, match="does not start with the GGUF magic"):
-        default_model._reassemble(model, _fake_wheels(model, bad, [b"JUNK", b"x", b"y"]), bad / "m.gguf", lambda line: None)
+        default_model._reassemble(
+            model, _fake_wheels(model, bad, [b"JUNK", b"x", b"y"]), bad / "m.gguf", lambda line: None
+        )
 
 
 def test_a_truncated_or_incomplete_wheel_is_named(tmp_path):

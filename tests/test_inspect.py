@@ -21,7 +21,10 @@ TOKENS = [
 
 def test_terminal_rendering_marks_every_token_and_counts_roles():
     plain = render_terminal(TOKENS, colour=False)
-    assert "[<|im_start|>|template][Call <f>|user_question]\n--- completion ---\n[[|boundary][f|func_name][]|boundary]" in plain
+    assert (
+        "[<|im_start|>|template][Call <f>|user_question]\n--- completion ---\n[[|boundary][f|func_name][]|boundary]"
+        in plain
+    )
     assert "boundary: 2" in plain and "func_name: 1" in plain
     coloured = render_terminal(TOKENS, colour=True)
     assert coloured.count("\x1b[48;2;") == len(TOKENS) + 4  # one per token, one swatch per role
@@ -37,7 +40,11 @@ def test_html_page_has_one_span_per_token_escaped_with_role_tooltips():
 def test_kept_positions_become_per_group_flags_and_the_unwritten_last_token_none():
     assert kept_by_position(None, 3) == [None, None, None]
     assert kept_by_position([[0, 2, 3], [1, 2, 3]], 5) == [
-        (True, False), (False, True), (True, True), (True, True), None,
+        (True, False),
+        (False, True),
+        (True, True),
+        (True, True),
+        None,
     ]
 
 
@@ -63,11 +70,22 @@ def test_cli_against_a_server_writes_the_page(tiny_server, tmp_path):
     out = tmp_path / "roles.html"
     result = subprocess.run(
         [
-            sys.executable, "-m", "sglang_pask.inspect", "--url", tiny_server.url,
-            "--messages", '[{"role": "user", "content": "Pick one."}]',
-            "--regex", r"\[pick\(choice=(1|2)\)\]", "--html", str(out), "--no-color",
+            sys.executable,
+            "-m",
+            "sglang_pask.inspect",
+            "--url",
+            tiny_server.url,
+            "--messages",
+            '[{"role": "user", "content": "Pick one."}]',
+            "--regex",
+            r"\[pick\(choice=(1|2)\)\]",
+            "--html",
+            str(out),
+            "--no-color",
         ],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "--- completion ---" in result.stdout and "|func_name]" in result.stdout
@@ -82,6 +100,8 @@ def test_cli_against_a_server_writes_the_page(tiny_server, tmp_path):
 def test_cli_reports_a_missing_server_clearly():
     result = subprocess.run(
         [sys.executable, "-m", "sglang_pask.inspect", "--url", "http://127.0.0.1:9", "--prompt", "x"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1 and "error: no server at http://127.0.0.1:9" in result.stderr

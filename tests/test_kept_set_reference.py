@@ -16,21 +16,34 @@ import torch
 
 from bench.kept_set_reference import (
     ask,
-    main,
     build_parser,
     checked_server_args,
     compare_item,
     group_masks,
     layer_groups_of,
     load_reference,
+    main,
     replay_logprobs,
     server_layer_groups,
 )
 from sglang_pask.server_process import ServerProcess
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
-SERVER_FLAGS = ["--kv-policy", "snapkv", "--kv-budget", "0.3", "--kv-layer-groups", "0-0,1-1", "--kv-window", "4",
-                "--kv-decode", "keep", "--dtype", "float32", "--disable-radix-cache"]
+SERVER_FLAGS = [
+    "--kv-policy",
+    "snapkv",
+    "--kv-budget",
+    "0.3",
+    "--kv-layer-groups",
+    "0-0,1-1",
+    "--kv-window",
+    "4",
+    "--kv-decode",
+    "keep",
+    "--dtype",
+    "float32",
+    "--disable-radix-cache",
+]
 
 
 def test_group_masks_read_the_kept_prompt_positions_and_every_answer_position():
@@ -55,15 +68,18 @@ def test_layer_groups_of_reads_the_servers_group_layers():
             layer_groups_of(bad)
 
 
-@pytest.mark.parametrize("server_args, message", [
-    ("--kv-policy pask --kv-budget 0.3", "needs --kv-decode keep"),
-    ("--kv-policy pask --kv-decode compress", "needs --kv-decode keep"),
-    ("--kv-policy pask --kv-decode keep --structkv", "--structkv prunes the prefill"),
-    ("--kv-policy snapkv --kv-decode keep --kv-dropped 2bit", "this replay reads only the full-precision kept set"),
-    ("--kv-budget 0.3 --kv-decode keep", "needs a --kv-policy"),
-    ("--kv-policy pask --kv-decode keep --model-path m", "give the model with --model-path"),
-    ("--kv-policy pask --kv-decode keep --dtype int8", "--dtype must be one of"),
-])
+@pytest.mark.parametrize(
+    "server_args, message",
+    [
+        ("--kv-policy pask --kv-budget 0.3", "needs --kv-decode keep"),
+        ("--kv-policy pask --kv-decode compress", "needs --kv-decode keep"),
+        ("--kv-policy pask --kv-decode keep --structkv", "--structkv prunes the prefill"),
+        ("--kv-policy snapkv --kv-decode keep --kv-dropped 2bit", "this replay reads only the full-precision kept set"),
+        ("--kv-budget 0.3 --kv-decode keep", "needs a --kv-policy"),
+        ("--kv-policy pask --kv-decode keep --model-path m", "give the model with --model-path"),
+        ("--kv-policy pask --kv-decode keep --dtype int8", "--dtype must be one of"),
+    ],
+)
 def test_server_args_that_no_replay_can_match_are_usage_errors(server_args, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         checked_server_args(build_parser(), server_args)
@@ -156,9 +172,23 @@ def test_inspect_marks_what_a_compressed_server_dropped(keep_server, tmp_path):
     page = tmp_path / "kept.html"
     prompt = " ".join(WORDS * 4)
     result = subprocess.run(
-        [sys.executable, "-m", "sglang_pask.inspect", "--url", keep_server.url, "--prompt", prompt,
-         "--max-new-tokens", "4", "--no-color", "--html", str(page)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "sglang_pask.inspect",
+            "--url",
+            keep_server.url,
+            "--prompt",
+            prompt,
+            "--max-new-tokens",
+            "4",
+            "--no-color",
+            "--html",
+            str(page),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "|kept:00]" in result.stdout  # at a budget of 0.3 both groups dropped some prompt tokens

@@ -23,17 +23,29 @@ CUDA = torch.cuda.is_available()
 
 def run_gpu_check(out: Path, shapes: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable, "SHAPES": shapes}
-    return subprocess.run(["bash", str(REPO_ROOT / "scripts" / "gpu_check.sh")], cwd=REPO_ROOT, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        ["bash", str(REPO_ROOT / "scripts" / "gpu_check.sh")],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out = tmp_path_factory.mktemp("gpu_check")
     proc = run_gpu_check(out, "2x64 1x100")
-    return {"out": out, "proc": proc,
-            **{bench: json.loads((out / f"{bench}.json").read_text())
-               for bench in ("kernel_window_scores", "kernel_skeleton_gather", "kernel_decode_attention")}}
+    return {
+        "out": out,
+        "proc": proc,
+        **{
+            bench: json.loads((out / f"{bench}.json").read_text())
+            for bench in ("kernel_window_scores", "kernel_skeleton_gather", "kernel_decode_attention")
+        },
+    }
 
 
 def check_triton_columns(record: dict[str, Any], columns: tuple[str, ...]) -> None:
@@ -49,7 +61,11 @@ def check_triton_columns(record: dict[str, Any], columns: tuple[str, ...]) -> No
 def test_window_scores_bench_gives_one_row_per_shape_and_window(dry_run):
     record = dry_run["kernel_window_scores"]
     assert [(r["batch"], r["tokens"], r["window"]) for r in record["rows"]] == [
-        (2, 64, 8), (1, 100, 8), (2, 64, 32), (1, 100, 32)]
+        (2, 64, 8),
+        (1, 100, 8),
+        (2, 64, 32),
+        (1, 100, 32),
+    ]
     assert all(r["reference_ms"] > 0 for r in record["rows"])
     check_triton_columns(record, ("triton_ms", "speedup", "triton_key_gbps", "max_abs_diff", "matches_reference"))
     meta = record["meta"]
@@ -61,12 +77,18 @@ def test_window_scores_bench_gives_one_row_per_shape_and_window(dry_run):
 def test_skeleton_gather_bench_gives_a_gather_and_a_scatter_row_per_shape(dry_run):
     rows = dry_run["kernel_skeleton_gather"]["rows"]
     assert [(r["op"], r["batch"], r["tokens"]) for r in rows] == [
-        ("gather", 2, 64), ("scatter", 2, 64), ("gather", 1, 100), ("scatter", 1, 100)]
+        ("gather", 2, 64),
+        ("scatter", 2, 64),
+        ("gather", 1, 100),
+        ("scatter", 1, 100),
+    ]
     # per sequence: floor(0.2 * length) tokens by score plus the window of 8
     assert [r["kept"] for r in rows] == [2 * (12 + 8)] * 2 + [20 + 8] * 2
     assert all(r["reference_ms"] > 0 and r["index_ms"] > 0 for r in rows)
-    check_triton_columns(dry_run["kernel_skeleton_gather"],
-                         ("triton_ms", "speedup_vs_reference", "speedup_vs_index", "triton_gbps", "bitwise_equal"))
+    check_triton_columns(
+        dry_run["kernel_skeleton_gather"],
+        ("triton_ms", "speedup_vs_reference", "speedup_vs_index", "triton_gbps", "bitwise_equal"),
+    )
     assert dry_run["kernel_skeleton_gather"]["meta"]["dim"] == 4096
 
 

@@ -24,35 +24,61 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--kv-budget", "half"], "argument --kv-budget: must be a number, got 'half'"),
         (["--kv-policy", "snapkv-typo"], "argument --kv-policy: invalid choice: 'snapkv-typo'"),
         (["--kv-layer-groups", "0"], "argument --kv-layer-groups: the number of groups must be at least 1"),
-        (["--kv-layer-groups", "0-3,5-9"], "argument --kv-layer-groups: ranges must start at layer 0 and be contiguous"),
+        (
+            ["--kv-layer-groups", "0-3,5-9"],
+            "argument --kv-layer-groups: ranges must start at layer 0 and be contiguous",
+        ),
         (["--kv-layer-groups", "x"], "argument --kv-layer-groups: expected a number of groups"),
         (["--kv-score-window", "0"], "argument --kv-score-window: must be a whole number of queries >= 1, got 0"),
         (["--kv-score-window", "x"], "argument --kv-score-window: must be a whole number, got 'x'"),
         (["--kv-decode", "drop"], "argument --kv-decode: invalid choice: 'drop'"),
         (["--kv-dropped", "1bit"], "argument --kv-dropped: invalid choice: '1bit'"),
-        (["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-dropped", "2bit"], "--kv-dropped 2bit needs --kv-decode keep"),
+        (
+            ["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-dropped", "2bit"],
+            "--kv-dropped 2bit needs --kv-decode keep",
+        ),
         (["--structkv-kv-ratio", "0.3"], "error: --structkv-kv-ratio needs --structkv"),
-        (["--structkv", "--structkv-prefill-ratio", "0"], "argument --structkv-prefill-ratio: must be in (0, 1], got 0"),
+        (
+            ["--structkv", "--structkv-prefill-ratio", "0"],
+            "argument --structkv-prefill-ratio: must be in (0, 1], got 0",
+        ),
         (["--structkv", "--structkv-pivot", "x"], "argument --structkv-pivot: must be 'auto' or a layer index >= 1"),
         (["--structkv", "--structkv-mode", "nope"], "argument --structkv-mode: invalid choice: 'nope'"),
-        (["--structkv", "--structkv-mode", "fixed-pivot"], "--structkv-mode fixed-pivot needs a fixed --structkv-pivot N"),
+        (
+            ["--structkv", "--structkv-mode", "fixed-pivot"],
+            "--structkv-mode fixed-pivot needs a fixed --structkv-pivot N",
+        ),
         (["--structkv", "--chunked-prefill-size", "512"], "needs chunked prefill off; got --chunked-prefill-size 512"),
-        (["--structkv", "--structkv-window", "0"], "argument --structkv-window: must be a whole number of queries >= 1, got 0"),
+        (
+            ["--structkv", "--structkv-window", "0"],
+            "argument --structkv-window: must be a whole number of queries >= 1, got 0",
+        ),
         (["--structkv", "--structkv-select", "words"], "argument --structkv-select: invalid choice: 'words'"),
         (["--structkv-select", "tokens"], "error: --structkv-select needs --structkv"),
         (["--structkv", "--structkv-kv-score", "max"], "argument --structkv-kv-score: invalid choice: 'max'"),
         (["--structkv-kv-score", "centrality"], "error: --structkv-kv-score needs --structkv"),
-        (["--structkv", "--grammar-backend", "outlines"],
-         "--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, got --grammar-backend outlines"),
+        (
+            ["--structkv", "--grammar-backend", "outlines"],
+            "--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, got --grammar-backend outlines",
+        ),
         (["--structkv", "--skip-tokenizer-init"], "--structkv-select segments: needs the tokenizer"),
-        (["--kv-policy", "streaming-llm", "--kv-policy-args", "sinks=8"],
-         "--kv-policy-args sinks=8: policy 'streaming-llm' has no option 'sinks'; its options: num_sinks"),
-        (["--kv-policy", "snapkv", "--kv-policy-args", "kernel_size=4"],
-         "--kv-policy-args kernel_size=4: snapkv: kernel_size must be a positive odd number, got 4"),
-        (["--kv-policy-args", "kernel_size"], "argument --kv-policy-args: expected KEY=VALUE[,KEY=VALUE...], got 'kernel_size'"),
+        (
+            ["--kv-policy", "streaming-llm", "--kv-policy-args", "sinks=8"],
+            "--kv-policy-args sinks=8: policy 'streaming-llm' has no option 'sinks'; its options: num_sinks",
+        ),
+        (
+            ["--kv-policy", "snapkv", "--kv-policy-args", "kernel_size=4"],
+            "--kv-policy-args kernel_size=4: snapkv: kernel_size must be a positive odd number, got 4",
+        ),
+        (
+            ["--kv-policy-args", "kernel_size"],
+            "argument --kv-policy-args: expected KEY=VALUE[,KEY=VALUE...], got 'kernel_size'",
+        ),
         (["--structkv-min-prompt", "1024"], "error: --structkv-min-prompt needs --structkv"),
-        (["--structkv", "--structkv-min-prompt", "-1"],
-         "argument --structkv-min-prompt: must be a whole number of tokens >= 0, got -1"),
+        (
+            ["--structkv", "--structkv-min-prompt", "-1"],
+            "argument --structkv-min-prompt: must be a whole number of tokens >= 0, got -1",
+        ),
     ],
 )
 def test_invalid_value_exits_2_with_one_line_naming_the_flag(args, message):
@@ -107,8 +133,13 @@ def cpu_prepared_argv(model_dir, args: list[str]) -> list[str]:
         "_, argv = prepare(json.loads(sys.argv[1]))\n"
         "print(json.dumps(argv))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(["--model-path", str(model_dir), *args])],
-                          capture_output=True, text=True, timeout=120, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, json.dumps(["--model-path", str(model_dir), *args])],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     argv = json.loads(proc.stdout.strip().splitlines()[-1])
     if argv == "gpu":
@@ -165,16 +196,36 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
 @pytest.mark.parametrize(
     "args, gpu, env, message",
     [
-        (["--attention-backend", "flashinfer"], True, {}, ("--attention-backend: sglang-pask reads each layer "
-         "group's KV through the torch_native or triton attention backend, got 'flashinfer'")),
+        (
+            ["--attention-backend", "flashinfer"],
+            True,
+            {},
+            (
+                "--attention-backend: sglang-pask reads each layer "
+                "group's KV through the torch_native or triton attention backend, got 'flashinfer'"
+            ),
+        ),
         (["--decode-attention-backend", "fa3"], True, {}, "--decode-attention-backend: sglang-pask reads"),
-        (["--attention-backend", "triton", "--dtype", "float32"], False, {},
-         "without a GPU it runs only under Triton's interpreter; set TRITON_INTERPRET=1"),
+        (
+            ["--attention-backend", "triton", "--dtype", "float32"],
+            False,
+            {},
+            "without a GPU it runs only under Triton's interpreter; set TRITON_INTERPRET=1",
+        ),
         (["--attention-backend", "triton"], False, {"TRITON_INTERPRET": "1"}, "pass --dtype float32"),
         (["--enable-deterministic-inference"], True, {}, "--enable-deterministic-inference: SGLang's deterministic"),
-        (["--page-size", "16"], True, {}, "--page-size: layer groups on the triton backend read one-token pages only, got 16"),
-        (["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-decode", "keep", "--kv-dropped", "2bit"], True, {},
-         "--kv-dropped 2bit: low-bit blocks are read by the torch_native attention backend only"),
+        (
+            ["--page-size", "16"],
+            True,
+            {},
+            "--page-size: layer groups on the triton backend read one-token pages only, got 16",
+        ),
+        (
+            ["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-decode", "keep", "--kv-dropped", "2bit"],
+            True,
+            {},
+            "--kv-dropped 2bit: low-bit blocks are read by the torch_native attention backend only",
+        ),
     ],
 )
 def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, env, message, monkeypatch):
@@ -196,13 +247,19 @@ def test_attention_backend_defaults_triton_without_cuda_graphs_on_a_gpu_torch_na
 
     config, sglang_argv = split_argv(["--kv-policy", "snapkv", "--kv-budget", "0.33"])
     assert attention_backend_flags(config, sglang_argv, gpu=True) == [
-        "--attention-backend", "triton", "--disable-cuda-graph"]
+        "--attention-backend",
+        "triton",
+        "--disable-cuda-graph",
+    ]
     assert attention_backend_flags(config, sglang_argv, gpu=False) == ["--attention-backend", "torch_native"]
     config, sglang_argv = split_argv(["--attention-backend", "torch_native", "--disable-cuda-graph"])
     assert attention_backend_flags(config, sglang_argv, gpu=True) == []
     config, sglang_argv = split_argv(["--structkv"])  # StructKV's pruned prefill runs on triton too
     assert attention_backend_flags(config, sglang_argv, gpu=True) == [
-        "--attention-backend", "triton", "--disable-cuda-graph"]
+        "--attention-backend",
+        "triton",
+        "--disable-cuda-graph",
+    ]
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     config, sglang_argv = split_argv(["--attention-backend", "triton", "--dtype", "float32"])
     assert attention_backend_flags(config, sglang_argv, gpu=False) == []

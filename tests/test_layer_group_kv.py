@@ -33,8 +33,17 @@ SLOTS, ROWS, CONTEXT = 256, 8, 128
 
 
 def make_pool(pool_class=LayerGroupMHAKVPool, dtype=torch.float32, layers=LAYERS, **layout):
-    return pool_class(SLOTS, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM, layer_num=layers,
-                      device="cpu", enable_memory_saver=False, **layout)
+    return pool_class(
+        SLOTS,
+        page_size=1,
+        dtype=dtype,
+        head_num=KV_HEADS,
+        head_dim=HEAD_DIM,
+        layer_num=layers,
+        device="cpu",
+        enable_memory_saver=False,
+        **layout,
+    )
 
 
 def grouped_layout(budgets, group_slots=None, layers=LAYERS):
@@ -45,14 +54,25 @@ def grouped_layout(budgets, group_slots=None, layers=LAYERS):
     return LayerGroupLayout(ranges, SLOTS, slots, virtual_slot_count(slots, budgets))
 
 
-def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, roles_of=None, budgets=None,
-                 group_slots=None, score_window=None, compress_decode=True, probe_of=None, **options):
+def make_grouped(
+    policy: str = "snapkv",
+    budget: float = 0.33,
+    window: int = 4,
+    roles_of=None,
+    budgets=None,
+    group_slots=None,
+    score_window=None,
+    compress_decode=True,
+    probe_of=None,
+    **options,
+):
     """A layer-group pool (one layer per group), its allocator and view table, and req_to_token."""
     if budgets is None:
         budgets = [1.0, 1.0] if policy == "full" else [budget, budget]
     pool = make_pool(layout=grouped_layout(budgets, group_slots))
-    allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False, budgets=budgets,
-                                    compress_decode=compress_decode)
+    allocator = LayerGroupAllocator(
+        pool, torch.float32, "cpu", need_sort=False, budgets=budgets, compress_decode=compress_decode
+    )
     req_to_token = torch.zeros((ROWS, CONTEXT), dtype=torch.int32)
 
     def drop(row, group, positions):
@@ -61,21 +81,39 @@ def make_grouped(policy: str = "snapkv", budget: float = 0.33, window: int = 4, 
     def holds(row, group, positions):
         return pool.physical(group, req_to_token[row, positions]) > 0
 
-    pool.views = KVViewTable(get_policy(policy, **options), budgets, window, drop, slack=2, roles_of=roles_of,
-                             score_window=score_window, compress_decode=compress_decode, probe_of=probe_of,
-                             holds=holds)
+    pool.views = KVViewTable(
+        get_policy(policy, **options),
+        budgets,
+        window,
+        drop,
+        slack=2,
+        roles_of=roles_of,
+        score_window=score_window,
+        compress_decode=compress_decode,
+        probe_of=probe_of,
+        holds=holds,
+    )
     return pool, allocator, req_to_token
 
 
 def layer(layer_id: int) -> SimpleNamespace:
-    return SimpleNamespace(layer_id=layer_id, tp_q_head_num=Q_HEADS, tp_k_head_num=KV_HEADS, qk_head_dim=HEAD_DIM,
-                           v_head_dim=HEAD_DIM, scaling=HEAD_DIM ** -0.5, is_cross_attention=False,
-                           sliding_window_size=-1, attn_type=None)
+    return SimpleNamespace(
+        layer_id=layer_id,
+        tp_q_head_num=Q_HEADS,
+        tp_k_head_num=KV_HEADS,
+        qk_head_dim=HEAD_DIM,
+        v_head_dim=HEAD_DIM,
+        scaling=HEAD_DIM**-0.5,
+        is_cross_attention=False,
+        sliding_window_size=-1,
+        attn_type=None,
+    )
 
 
 def backend_for(pool, req_to_token, backend_class=LayerGroupTorchNativeAttnBackend):
-    runner = SimpleNamespace(device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
-                             token_to_kv_pool=pool)
+    runner = SimpleNamespace(
+        device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token), token_to_kv_pool=pool
+    )
     return backend_class(runner)
 
 
@@ -198,8 +236,10 @@ def test_private_eviction_never_touches_a_shared_prefix():
     generator = torch.Generator().manual_seed(3)
     prefix = write_prefix(pool, allocator, 20, generator)
     physical_before = pool.group_loc[:, prefix].clone()
-    kv_before = [(pool.get_key_buffer(i)[physical_before[i]].clone(), pool.get_value_buffer(i)[physical_before[i]].clone())
-                 for i in range(LAYERS)]
+    kv_before = [
+        (pool.get_key_buffer(i)[physical_before[i]].clone(), pool.get_value_buffer(i)[physical_before[i]].clone())
+        for i in range(LAYERS)
+    ]
     private = allocator.alloc(60)
     for row, ids in ((1, private[:30]), (2, private[30:])):
         req_to_token[row, :20] = prefix
@@ -279,7 +319,7 @@ def test_attention_over_the_kept_set_equals_attention_with_evicted_tokens_masked
         queries = q.view(Q_HEADS, HEAD_DIM)
         expanded_k = keys.repeat_interleave(Q_HEADS // KV_HEADS, dim=1)
         expanded_v = values.repeat_interleave(Q_HEADS // KV_HEADS, dim=1)
-        logits = torch.einsum("hd,lhd->hl", queries, expanded_k) * HEAD_DIM ** -0.5
+        logits = torch.einsum("hd,lhd->hl", queries, expanded_k) * HEAD_DIM**-0.5
         weights = torch.softmax(logits.masked_fill(~read[None, :], float("-inf")), dim=-1)
         reference = torch.einsum("hl,lhd->hd", weights, expanded_v).reshape(1, -1)
         torch.testing.assert_close(output, reference, rtol=1e-5, atol=1e-5)
@@ -336,12 +376,14 @@ def test_kv_decode_keep_compresses_the_prompt_and_keeps_every_generated_token(po
 @pytest.mark.parametrize("compress_decode", [True, False])
 def test_a_drop_probe_drops_generated_tokens_only_where_decode_compresses(compress_decode):
     """A calibration probe drops its role as the server would: under --kv-decode keep, the prompt's only."""
+
     def roles_of(row, positions):
         return torch.where(positions % 3 == 0, int(Role.BOUNDARY), int(Role.FREE_TEXT))
 
     probe = CalibrationProbe(drop_group=ALL_GROUPS, drop_role=int(Role.BOUNDARY))
-    pool, allocator, req_to_token = make_grouped("full", roles_of=roles_of, compress_decode=compress_decode,
-                                                 probe_of=lambda row: probe)
+    pool, allocator, req_to_token = make_grouped(
+        "full", roles_of=roles_of, compress_decode=compress_decode, probe_of=lambda row: probe
+    )
     backend = backend_for(pool, req_to_token)
     generator = torch.Generator().manual_seed(5)
     ids = allocator.alloc(30)
@@ -372,8 +414,9 @@ def test_windowed_policies_score_with_the_observation_window(policy, score_windo
     pool.views.add_scores = record
     ids = allocator.alloc(32)
     req_to_token[3, :32] = ids
-    run_layers(backend_for(pool, req_to_token), forward_batch([3], [32], [32], ids), 32,
-               torch.Generator().manual_seed(3))
+    run_layers(
+        backend_for(pool, req_to_token), forward_batch([3], [32], [32], ids), 32, torch.Generator().manual_seed(3)
+    )
     assert scored == [expected] * LAYERS
     allocator.free(ids.long())
     pool.views.release(3)
@@ -388,7 +431,9 @@ def test_admission_counts_what_evicting_the_cache_frees_per_group():
     assert allocator.available_size() == 6  # group 0 is the fullest
     free_ids = allocator.virtual_available_size()
     assert allocator.allocatable_after_eviction(cached) == (
-        free_ids + cached.numel(), [6 + (SLOTS - 6), (SLOTS // 2 + 6) + (SLOTS - 6 - SLOTS // 2)])
+        free_ids + cached.numel(),
+        [6 + (SLOTS - 6), (SLOTS // 2 + 6) + (SLOTS - 6 - SLOTS // 2)],
+    )
     # Only the unlocked ids count: 10 locked ones that group 1 dropped free nothing there.
     ids, groups = allocator.allocatable_after_eviction(cached[10:])
     assert (ids, groups) == (free_ids + cached.numel() - 10, [SLOTS - 10, SLOTS])
@@ -397,8 +442,12 @@ def test_admission_counts_what_evicting_the_cache_frees_per_group():
 def test_pask_floors_protect_their_role_in_their_group_only():
     floors = [0.0] * len(Role)
     floors[Role.SCHEMA_PARAM_NAME] = 1.0
-    table = PaskTable(floors=(tuple([0.0] * len(Role)), tuple(floors)), residual_shares=(0.5, 0.5),
-                      layers_per_group=(1, 1), role_frequencies=tuple([1 / len(Role)] * len(Role)))
+    table = PaskTable(
+        floors=(tuple([0.0] * len(Role)), tuple(floors)),
+        residual_shares=(0.5, 0.5),
+        layers_per_group=(1, 1),
+        role_frequencies=tuple([1 / len(Role)] * len(Role)),
+    )
 
     def roles_of(row, positions):
         return torch.where(positions % 5 == 0, int(Role.SCHEMA_PARAM_NAME), int(Role.FREE_TEXT))
@@ -471,8 +520,9 @@ def test_unequal_groups_have_buffers_of_their_size_and_the_bytes_of_the_stock_po
     assert pool.group_buffer_bytes(1) == (149 + 1) * pool.bytes_per_slot(1)
     # Equal groups keep SGLang's own buffers.
     equal = make_pool(layout=grouped_layout([0.3, 0.3]))
-    assert [equal.get_key_buffer(i).shape for i in range(LAYERS)] == [stock.get_key_buffer(i).shape
-                                                                      for i in range(LAYERS)]
+    assert [equal.get_key_buffer(i).shape for i in range(LAYERS)] == [
+        stock.get_key_buffer(i).shape for i in range(LAYERS)
+    ]
 
 
 def test_writes_reach_each_groups_own_slots_past_the_stock_size():
@@ -522,8 +572,9 @@ def test_unequal_groups_conserve_slots_and_allocate_all_or_nothing():
     assert any("group 0" in problem for problem in allocator.check_slots())
 
 
-def run_requests(allocator, budgets, window: int, slack: int, prompt_len: int, new_tokens: int,
-                 admit_one) -> tuple[int, list[int]]:
+def run_requests(
+    allocator, budgets, window: int, slack: int, prompt_len: int, new_tokens: int, admit_one
+) -> tuple[int, list[int]]:
     """Admit identical requests one scheduling round at a time, as SGLang does with a running batch:
     each round asks ``admit_one(running)`` whether one more fits; an admitted prompt is written to
     every group and compressed to the group's capacity (as the views do after prefill). Then every
@@ -536,8 +587,8 @@ def run_requests(allocator, budgets, window: int, slack: int, prompt_len: int, n
         held = []
         for g, b in enumerate(budgets):
             cap = capacity(b, prompt_len, window)
-            allocator.drop(g, ids[:prompt_len - cap])
-            held.append(ids[prompt_len - cap:])
+            allocator.drop(g, ids[: prompt_len - cap])
+            held.append(ids[prompt_len - cap :])
         running.append((ids, held))
     peak = [allocator.group_used_slots(g) for g in range(len(budgets))]
     for step in range(1, new_tokens + 1):
@@ -560,13 +611,19 @@ def run_requests(allocator, budgets, window: int, slack: int, prompt_len: int, n
 def sglang_admits(allocator, prompt_len: int, new_tokens: int):
     """One round of SGLang's admission through the layer-group prefill budget: the running requests'
     decode headroom, then the new request (prompt + page, ``new_tokens``)."""
+
     def admit_one(running: int) -> bool:
         budget = LayerGroupPrefillBudget(allocator, None)
         for _ in range(running):
             budget.reserve_running(new_tokens)
-        fits, _ = budget.check_prefill(extend_input_len=prompt_len, total_tokens=prompt_len + 1 + new_tokens,
-                                       max_new_tokens=new_tokens, input_tokens=prompt_len, swa_host_hit_length=0,
-                                       chunk_limit=None)
+        fits, _ = budget.check_prefill(
+            extend_input_len=prompt_len,
+            total_tokens=prompt_len + 1 + new_tokens,
+            max_new_tokens=new_tokens,
+            input_tokens=prompt_len,
+            swa_host_hit_length=0,
+            chunk_limit=None,
+        )
         if fits:
             budget.reserve(prompt_len, new_tokens)
             assert budget.remaining_total >= 0
@@ -580,8 +637,15 @@ def test_admission_counts_every_group_and_what_it_admits_runs(group_slots):
     window, slack, prompt_len, new_tokens = 4, 2, 60, 4
     pool, allocator, _ = make_grouped(budgets=UNEQUAL_BUDGETS, group_slots=group_slots)
     allocator.growth_overhead = window + slack
-    served, peak = run_requests(allocator, UNEQUAL_BUDGETS, window, slack, prompt_len, new_tokens,
-                                sglang_admits(allocator, prompt_len, new_tokens))
+    served, peak = run_requests(
+        allocator,
+        UNEQUAL_BUDGETS,
+        window,
+        slack,
+        prompt_len,
+        new_tokens,
+        sglang_admits(allocator, prompt_len, new_tokens),
+    )
     assert all(p <= s for p, s in zip(peak, pool.layout.group_slots))
     assert allocator.check_slots() == [] and allocator.virtual_available_size() == pool.layout.virtual_slots
     # Each request holds 30 + 4 slots in group 0 and 6 + 4 in group 1, and a new one needs 61 + 4 in
@@ -602,9 +666,14 @@ def test_a_prompt_longer_than_a_chunk_is_charged_its_peak_in_each_group_and_its_
     others = allocator.alloc(49)
     allocator.drop(0, others)
     budget = LayerGroupPrefillBudget(allocator, None)
-    fits, limit = budget.check_prefill(extend_input_len=prompt_len, total_tokens=prompt_len + 1 + new_tokens,
-                                       max_new_tokens=new_tokens, input_tokens=prompt_len,
-                                       swa_host_hit_length=0, chunk_limit=chunk)
+    fits, limit = budget.check_prefill(
+        extend_input_len=prompt_len,
+        total_tokens=prompt_len + 1 + new_tokens,
+        max_new_tokens=new_tokens,
+        input_tokens=prompt_len,
+        swa_host_hit_length=0,
+        chunk_limit=chunk,
+    )
     assert fits and limit == chunk
     budget.reserve(chunk, 0)  # SGLang reserves a chunked request's first pass, without decode
     # Its peak (the prompt with SGLang's page token) and decode, not just the pass.
@@ -617,7 +686,7 @@ def test_a_prompt_longer_than_a_chunk_is_charged_its_peak_in_each_group_and_its_
         assert ids is not None, "an admitted prompt's pass could not be written"
         peak_used = max(peak_used, allocator.group_used_slots(1) - 49)
         for group, group_budget in enumerate(UNEQUAL_BUDGETS):
-            allocator.drop(group, ids[:size - capacity(group_budget, size, window)])
+            allocator.drop(group, ids[: size - capacity(group_budget, size, window)])
         written += size
     assert peak_used <= allocator.prompt_peak(1, prompt_len)
 

@@ -38,15 +38,31 @@ TWO_BIT = BlockFormat(2, 2)
 FORMATS = [TWO_BIT, BlockFormat(2, 4), BlockFormat(4, 2)]
 
 
-def make_store(slots: int = 512, dtype: torch.dtype = torch.float32, block_format: BlockFormat = TWO_BIT,
-               whole_blocks: bool = False, lowbit_decode: bool = False):
+def make_store(
+    slots: int = 512,
+    dtype: torch.dtype = torch.float32,
+    block_format: BlockFormat = TWO_BIT,
+    whole_blocks: bool = False,
+    lowbit_decode: bool = False,
+):
     """A two-group pool (one layer each) with its allocator, low-bit store and views (SnapKV, decode keeps,
     or with ``lowbit_decode`` stores generated tokens in blocks); ``whole_blocks`` tells the views the
     block size, as the server does."""
     budgets = [BUDGET, BUDGET]
-    layout = LayerGroupLayout((range(0, 1), range(1, 2)), slots, (slots, slots), virtual_slot_count([slots] * 2, budgets))
-    pool = LayerGroupMHAKVPool(slots, page_size=1, dtype=dtype, head_num=KV_HEADS, head_dim=HEAD_DIM,
-                               layer_num=LAYERS, device="cpu", enable_memory_saver=False, layout=layout)
+    layout = LayerGroupLayout(
+        (range(0, 1), range(1, 2)), slots, (slots, slots), virtual_slot_count([slots] * 2, budgets)
+    )
+    pool = LayerGroupMHAKVPool(
+        slots,
+        page_size=1,
+        dtype=dtype,
+        head_num=KV_HEADS,
+        head_dim=HEAD_DIM,
+        layer_num=LAYERS,
+        device="cpu",
+        enable_memory_saver=False,
+        layout=layout,
+    )
     allocator = LayerGroupAllocator(pool, dtype, "cpu", need_sort=False, budgets=budgets, compress_decode=False)
     store = allocator.lowbit = pool.lowbit = LowBitStore(block_format, pool, allocator)
     req_to_token = torch.zeros((ROWS, CONTEXT), dtype=torch.int32)
@@ -55,24 +71,45 @@ def make_store(slots: int = 512, dtype: torch.dtype = torch.float32, block_forma
         store.drop(group, req_to_token[row, positions])
 
     dropped_block = (BLOCK_TOKENS, store.rows_per_block) if whole_blocks else None
-    pool.views = KVViewTable(get_policy("snapkv"), budgets, WINDOW, drop, slack=2, compress_decode=False,
-                             dropped_block=dropped_block, decode_block=BLOCK_TOKENS if lowbit_decode else None)
-    runner = SimpleNamespace(device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token),
-                             token_to_kv_pool=pool)
+    pool.views = KVViewTable(
+        get_policy("snapkv"),
+        budgets,
+        WINDOW,
+        drop,
+        slack=2,
+        compress_decode=False,
+        dropped_block=dropped_block,
+        decode_block=BLOCK_TOKENS if lowbit_decode else None,
+    )
+    runner = SimpleNamespace(
+        device="cpu", req_to_token_pool=SimpleNamespace(req_to_token=req_to_token), token_to_kv_pool=pool
+    )
     return pool, allocator, store, req_to_token, LayerGroupTorchNativeAttnBackend(runner)
 
 
 def layer(layer_id: int) -> SimpleNamespace:
-    return SimpleNamespace(layer_id=layer_id, tp_q_head_num=Q_HEADS, tp_k_head_num=KV_HEADS, qk_head_dim=HEAD_DIM,
-                           v_head_dim=HEAD_DIM, scaling=HEAD_DIM ** -0.5, is_cross_attention=False,
-                           sliding_window_size=-1, attn_type=None)
+    return SimpleNamespace(
+        layer_id=layer_id,
+        tp_q_head_num=Q_HEADS,
+        tp_k_head_num=KV_HEADS,
+        qk_head_dim=HEAD_DIM,
+        v_head_dim=HEAD_DIM,
+        scaling=HEAD_DIM**-0.5,
+        is_cross_attention=False,
+        sliding_window_size=-1,
+        attn_type=None,
+    )
 
 
 def forward_batch(rows, seq_lens, extend_lens, out_cache_loc, decode=False):
     return SimpleNamespace(
-        forward_mode=SimpleNamespace(is_decode=lambda: decode), req_pool_indices=torch.tensor(rows),
-        seq_lens=torch.tensor(seq_lens), seq_lens_cpu=torch.tensor(seq_lens), extend_seq_lens_cpu=list(extend_lens),
-        encoder_lens=None, out_cache_loc=out_cache_loc,
+        forward_mode=SimpleNamespace(is_decode=lambda: decode),
+        req_pool_indices=torch.tensor(rows),
+        seq_lens=torch.tensor(seq_lens),
+        seq_lens_cpu=torch.tensor(seq_lens),
+        extend_seq_lens_cpu=list(extend_lens),
+        encoder_lens=None,
+        out_cache_loc=out_cache_loc,
     )
 
 
@@ -95,7 +132,11 @@ def quantized(tokens: torch.Tensor, keys: bool, block_format: BlockFormat = TWO_
     out = []
     for chunk in tokens.split(BLOCK_TOKENS):
         packed = (quantize_key_blocks if keys else quantize_value_blocks)(pad_block(chunk)[None], bits)
-        out.append((dequantize_key_blocks if keys else dequantize_value_blocks)(packed, KV_HEADS, HEAD_DIM, bits)[0, :chunk.shape[0]])
+        out.append(
+            (dequantize_key_blocks if keys else dequantize_value_blocks)(packed, KV_HEADS, HEAD_DIM, bits)[
+                0, : chunk.shape[0]
+            ]
+        )
     return torch.cat(out)
 
 
@@ -111,7 +152,9 @@ def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_low_precision(bloc
     pool, allocator, store, req_to_token, backend = make_store(block_format=block_format)
     generator = torch.Generator().manual_seed(11)
     lengths = {1: 100, 2: 3, 3: 70}
-    extends = {row: prefill(allocator, req_to_token, backend, row, length, generator) for row, length in lengths.items()}
+    extends = {
+        row: prefill(allocator, req_to_token, backend, row, length, generator) for row, length in lengths.items()
+    }
     steps = allocator.alloc(len(lengths))
     for row, step in zip(lengths, steps):
         req_to_token[row, lengths[row]] = step
@@ -129,10 +172,10 @@ def test_decode_reads_kept_tokens_in_full_and_dropped_ones_at_low_precision(bloc
             if dropped.numel():
                 keys[dropped] = quantized(k[dropped], True, block_format)
                 values[dropped] = quantized(v[dropped], False, block_format)
-            keys = torch.cat((keys, k_new[index:index + 1]))
-            values = torch.cat((values, v_new[index:index + 1]))
+            keys = torch.cat((keys, k_new[index : index + 1]))
+            values = torch.cat((values, v_new[index : index + 1]))
             query = q[index].view(Q_HEADS, HEAD_DIM)
-            logits = torch.einsum("hd,lhd->hl", query, keys.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
+            logits = torch.einsum("hd,lhd->hl", query, keys.repeat_interleave(2, dim=1)) * HEAD_DIM**-0.5
             reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), values.repeat_interleave(2, dim=1))
             torch.testing.assert_close(output[index], reference.reshape(-1), rtol=1e-5, atol=1e-5)
 
@@ -152,8 +195,9 @@ def test_blocks_take_slots_of_the_group_and_all_come_back(dtype, block_format):
             kept = capacity(BUDGET, length, WINDOW)
             expected += kept + -(-(length - kept) // BLOCK_TOKENS) * rows
         assert allocator.group_used_slots(group) == expected
-        assert [store.row_summary(req_to_token[row, :length])[0][group].numel() for row, length in lengths.items()] == \
-            [length - capacity(BUDGET, length, WINDOW) for length in lengths.values()]
+        assert [store.row_summary(req_to_token[row, :length])[0][group].numel() for row, length in lengths.items()] == [
+            length - capacity(BUDGET, length, WINDOW) for length in lengths.values()
+        ]
     assert allocator.check_slots() == []
     for row, length in lengths.items():
         allocator.free(req_to_token[row, :length])
@@ -192,7 +236,7 @@ def test_a_later_request_reads_a_cached_prefix_at_low_precision(block_format):
     req_to_token[2, shared] = step
     decode = run_layers(backend, forward_batch([2], [shared + 1], [1], step, decode=True), 1, generator, decode=True)
     for group, ((_, k, v, _), (q, k_new, v_new, output)) in enumerate(zip(extend, decode)):
-        lowbit = store.locate(group, req_to_token[2, :shared + 1])
+        lowbit = store.locate(group, req_to_token[2, : shared + 1])
         in_prefix = dropped[group][dropped[group] < shared]
         assert lowbit is not None and 0 < lowbit.positions.numel() < shared
         assert torch.equal(lowbit.positions, in_prefix)
@@ -203,7 +247,9 @@ def test_a_later_request_reads_a_cached_prefix_at_low_precision(block_format):
         keys[dropped[group]] = quantized(k[dropped[group]], True, block_format)
         values[dropped[group]] = quantized(v[dropped[group]], False, block_format)
         keys, values = torch.cat((keys[:shared], k_new)), torch.cat((values[:shared], v_new))
-        logits = torch.einsum("hd,lhd->hl", q.view(Q_HEADS, HEAD_DIM), keys.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
+        logits = (
+            torch.einsum("hd,lhd->hl", q.view(Q_HEADS, HEAD_DIM), keys.repeat_interleave(2, dim=1)) * HEAD_DIM**-0.5
+        )
         reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), values.repeat_interleave(2, dim=1))
         torch.testing.assert_close(output, reference.reshape(1, -1), rtol=1e-5, atol=1e-5)
 
@@ -248,21 +294,33 @@ def test_storage_budget_counts_the_blocks():
 
 def test_a_head_dim_that_is_not_a_multiple_of_32_is_refused():
     layout = LayerGroupLayout((range(0, 1), range(1, 2)), 64, (64, 64), 64)
-    pool = LayerGroupMHAKVPool(64, page_size=1, dtype=torch.float32, head_num=KV_HEADS, head_dim=48,
-                               layer_num=LAYERS, device="cpu", enable_memory_saver=False, layout=layout)
+    pool = LayerGroupMHAKVPool(
+        64,
+        page_size=1,
+        dtype=torch.float32,
+        head_num=KV_HEADS,
+        head_dim=48,
+        layer_num=LAYERS,
+        device="cpu",
+        enable_memory_saver=False,
+        layout=layout,
+    )
     allocator = LayerGroupAllocator(pool, torch.float32, "cpu", need_sort=False)
     with pytest.raises(RuntimeError, match="low-bit blocks: .*multiple of 32"):
         LowBitStore(TWO_BIT, pool, allocator)
 
 
-@pytest.mark.parametrize("length, kept, lowbit_slots", [
-    # floor(0.25 * 45) = 11 kept would leave 34 dropped: one block and 2 tokens; the 2 cost fewer slots
-    # in full than a second block (3 slots of fp32 at 2 bits), so 13 are kept and 32 fill one block.
-    (45, 13, 3),
-    # floor(0.25 * 100) = 25 leaves 75 dropped: two blocks and 11 tokens, which cost more in full than
-    # a third, partial block.
-    (100, 25, 9),
-])
+@pytest.mark.parametrize(
+    "length, kept, lowbit_slots",
+    [
+        # floor(0.25 * 45) = 11 kept would leave 34 dropped: one block and 2 tokens; the 2 cost fewer slots
+        # in full than a second block (3 slots of fp32 at 2 bits), so 13 are kept and 32 fill one block.
+        (45, 13, 3),
+        # floor(0.25 * 100) = 25 leaves 75 dropped: two blocks and 11 tokens, which cost more in full than
+        # a third, partial block.
+        (100, 25, 9),
+    ],
+)
 def test_the_dropped_tokens_of_a_pass_fill_whole_blocks_unless_the_rest_costs_more_in_full(length, kept, lowbit_slots):
     pool, allocator, store, req_to_token, backend = make_store(whole_blocks=True)
     assert store.rows_per_block == 3
@@ -283,8 +341,9 @@ def test_block_places_say_whose_tokens_fill_the_blocks_a_row_reads():
     length, shared = 100, 64
     prefill(allocator, req_to_token, backend, 1, length, torch.Generator().manual_seed(3))
     dropped = [store.locate(group, req_to_token[1, :length]).positions for group in range(2)]
-    assert [p.as_dict() for p in store.row_block_places(req_to_token[1, :length])] == \
-        [dict(blocks=3, passes=1, row_tokens=75, other_rows=0, freed=0, never_filled=21)] * 2
+    assert [p.as_dict() for p in store.row_block_places(req_to_token[1, :length])] == [
+        dict(blocks=3, passes=1, row_tokens=75, other_rows=0, freed=0, never_filled=21)
+    ] * 2
     req_to_token[2, :shared] = req_to_token[1, :shared]
     before = store.row_block_places(req_to_token[2, :shared])
     allocator.free(req_to_token[1, shared:length])
@@ -295,10 +354,12 @@ def test_block_places_say_whose_tokens_fill_the_blocks_a_row_reads():
         blocks = -(-in_prefix // BLOCK_TOKENS)
         beyond = min(blocks * BLOCK_TOKENS, 75) - in_prefix  # row 1's later tokens in the straddling block
         never = blocks * BLOCK_TOKENS - min(blocks * BLOCK_TOKENS, 75)
-        assert before[group].as_dict() == dict(blocks=blocks, passes=1, row_tokens=in_prefix, other_rows=beyond,
-                                               freed=0, never_filled=never)
-        assert after[group].as_dict() == dict(blocks=blocks, passes=1, row_tokens=in_prefix, other_rows=0,
-                                              freed=beyond, never_filled=never)
+        assert before[group].as_dict() == dict(
+            blocks=blocks, passes=1, row_tokens=in_prefix, other_rows=beyond, freed=0, never_filled=never
+        )
+        assert after[group].as_dict() == dict(
+            blocks=blocks, passes=1, row_tokens=in_prefix, other_rows=0, freed=beyond, never_filled=never
+        )
     allocator.free(req_to_token[1, :shared])
     assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
 
@@ -319,8 +380,11 @@ def test_lowbit_decode_stores_the_oldest_generated_tokens_as_one_whole_block_and
         req_to_token[1, seq] = step
         decode = run_layers(backend, forward_batch([1], [seq + 1], [1], step, decode=True), 1, generator, decode=True)
         seq += 1
-        stored = torch.arange(length, length + BLOCK_TOKENS) if seq - length >= WINDOW + BLOCK_TOKENS else \
-            torch.zeros(0, dtype=torch.int64)
+        stored = (
+            torch.arange(length, length + BLOCK_TOKENS)
+            if seq - length >= WINDOW + BLOCK_TOKENS
+            else torch.zeros(0, dtype=torch.int64)
+        )
         for group, (_, k_new, v_new, output) in enumerate(decode):
             located = store.locate(group, req_to_token[1, :seq]).positions
             assert torch.equal(located, torch.cat((prompt_dropped[group], stored)))
@@ -333,7 +397,7 @@ def test_lowbit_decode_stores_the_oldest_generated_tokens_as_one_whole_block_and
                 if positions.numel():
                     k_ref[positions] = quantized(k_ref[positions], True)
                     v_ref[positions] = quantized(v_ref[positions], False)
-            logits = torch.einsum("hd,lhd->hl", query, k_ref.repeat_interleave(2, dim=1)) * HEAD_DIM ** -0.5
+            logits = torch.einsum("hd,lhd->hl", query, k_ref.repeat_interleave(2, dim=1)) * HEAD_DIM**-0.5
             reference = torch.einsum("hl,lhd->hd", torch.softmax(logits, dim=-1), v_ref.repeat_interleave(2, dim=1))
             torch.testing.assert_close(output[0], reference.reshape(-1), rtol=1e-5, atol=1e-5)
             keys[group], values[group] = torch.cat((keys[group], k_new)), torch.cat((values[group], v_new))

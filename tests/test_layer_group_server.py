@@ -31,8 +31,15 @@ SYSTEM = "You are a careful assistant. Tools: get_weather(city, unit), get_time(
 
 def start(model_dir: Path, log: Path, policy: str, *extra: str) -> ServerProcess:
     return ServerProcess(
-        ["--model-path", str(model_dir), "--constrained-json-disable-any-whitespace", "--kv-policy", policy,
-         *COMPRESSED_FLAGS, *extra],
+        [
+            "--model-path",
+            str(model_dir),
+            "--constrained-json-disable-any-whitespace",
+            "--kv-policy",
+            policy,
+            *COMPRESSED_FLAGS,
+            *extra,
+        ],
         log,
     ).wait_ready(timeout_s=300)
 
@@ -83,14 +90,18 @@ def mixed_request(server: ServerProcess, index: int) -> dict | None:
         return generate(server, prompt, max_new_tokens=24, json_schema=__import__("json").dumps(schema))
     if kind == 3:  # aborted mid-decode
         rid = uuid.uuid4().hex
-        timer = threading.Timer(0.3, lambda: requests.post(f"{server.url}/abort_request", json={"rid": rid},
-                                                           timeout=30))
+        timer = threading.Timer(
+            0.3, lambda: requests.post(f"{server.url}/abort_request", json={"rid": rid}, timeout=30)
+        )
         timer.start()
         try:
             response = requests.post(
                 f"{server.url}/generate",
-                json={"text": prompt, "rid": rid,
-                      "sampling_params": {"temperature": 0, "max_new_tokens": 400, "ignore_eos": True}},
+                json={
+                    "text": prompt,
+                    "rid": rid,
+                    "sampling_params": {"temperature": 0, "max_new_tokens": 400, "ignore_eos": True},
+                },
                 timeout=120,
             )
         finally:
@@ -179,8 +190,12 @@ def assert_pool_sized_by_budget(usage: dict) -> None:
 def test_pool_usage_is_in_the_prometheus_metrics(snapkv_server):
     generate(snapkv_server, SYSTEM + "metrics please", max_new_tokens=30)
     text = requests.get(f"{snapkv_server.url}/metrics", timeout=30).text
-    for name in ("sglang_pask:kv_pool_bytes_in_use", "sglang_pask:kv_pool_slots_in_use",
-                 "sglang_pask:kv_pool_full_equivalent_bytes", "sglang_pask:kv_pool_running_requests"):
+    for name in (
+        "sglang_pask:kv_pool_bytes_in_use",
+        "sglang_pask:kv_pool_slots_in_use",
+        "sglang_pask:kv_pool_full_equivalent_bytes",
+        "sglang_pask:kv_pool_running_requests",
+    ):
         assert name in text, name
     assert 'group="0-0"' in text and 'group="1-1"' in text
 
@@ -211,13 +226,15 @@ def test_kv_decode_keep_holds_every_generated_token_and_frees_every_slot(tiny_mo
 
 
 @pytest.mark.parametrize("mode, decode", [("2bit", "keep"), ("k4v2", "lowbit")])
-def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_slot(tiny_model_dir, tmp_path, mode,
-                                                                                     decode):
+def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_slot(
+    tiny_model_dir, tmp_path, mode, decode
+):
     server = start(tiny_model_dir, tmp_path / f"{mode}.log", "snapkv", "--kv-decode", decode, "--kv-dropped", mode)
     try:
         # 45 generated tokens: under --kv-decode lowbit the 32 oldest leave the window (8) and fill a block.
-        meta = generate(server, "answer " + " ".join(WORDS), max_new_tokens=45, ignore_eos=True,
-                        return_kv_kept=True)["meta_info"]
+        meta = generate(server, "answer " + " ".join(WORDS), max_new_tokens=45, ignore_eos=True, return_kv_kept=True)[
+            "meta_info"
+        ]
         prompt_len = meta["prompt_tokens"]
         for lowbit in meta["kv_stats"]["lowbit_positions"]:
             generated = [p for p in lowbit if p >= prompt_len]
@@ -236,17 +253,26 @@ def test_kv_dropped_low_bit_keeps_every_prompt_token_readable_and_frees_every_sl
                 assert sorted(set(kept) | set(lowbit)) == list(range(stats["full_tokens"]))
                 if cached:
                     assert min(lowbit) < meta["cached_tokens"]  # low-bit tokens of the cached prefix
-            for lowbit, slots, places in zip(stats["lowbit_positions"], stats["lowbit_slots"],
-                                             stats["lowbit_block_places"]):
-                assert places["row_tokens"] == len(lowbit) and places["blocks"] * 32 == \
-                    sum(places[k] for k in ("row_tokens", "other_rows", "freed", "never_filled"))
+            for lowbit, slots, places in zip(
+                stats["lowbit_positions"], stats["lowbit_slots"], stats["lowbit_block_places"]
+            ):
+                assert places["row_tokens"] == len(lowbit) and places["blocks"] * 32 == sum(
+                    places[k] for k in ("row_tokens", "other_rows", "freed", "never_filled")
+                )
                 assert slots % places["blocks"] == 0 and places["passes"] >= 1
         # Concurrent requests sharing a cached system prompt, some constrained.
         with ThreadPoolExecutor(max_workers=4) as pool:
-            results = list(pool.map(
-                lambda i: generate(server, SYSTEM + " ".join(WORDS[i:i + 30]), max_new_tokens=12,
-                                   **({"regex": "(yes|no)[0-9]{2}"} if i % 2 else {})),
-                range(8)))
+            results = list(
+                pool.map(
+                    lambda i: generate(
+                        server,
+                        SYSTEM + " ".join(WORDS[i : i + 30]),
+                        max_new_tokens=12,
+                        **({"regex": "(yes|no)[0-9]{2}"} if i % 2 else {}),
+                    ),
+                    range(8),
+                )
+            )
         assert all(r["meta_info"]["kv_stats"]["kv_dropped"] == mode for r in results)
         wait_idle_and_flush(server)
         after = pool_usage(server)
@@ -262,8 +288,16 @@ def test_policy_args_reach_the_scheduler(tiny_model_dir, tmp_path):
     """--kv-policy-args num_sinks=12: every group keeps the first 12 positions and the capacity grows by them."""
     from sglang_pask.policy import capacity
 
-    server = start(tiny_model_dir, tmp_path / "sinks.log", "streaming-llm", "--kv-policy-args", "num_sinks=12",
-                   "--kv-decode", "keep", "--disable-radix-cache")
+    server = start(
+        tiny_model_dir,
+        tmp_path / "sinks.log",
+        "streaming-llm",
+        "--kv-policy-args",
+        "num_sinks=12",
+        "--kv-decode",
+        "keep",
+        "--disable-radix-cache",
+    )
     try:
         result = generate(server, SYSTEM + " ".join(WORDS), max_new_tokens=4, ignore_eos=True, return_kv_kept=True)
         stats, prompt = result["meta_info"]["kv_stats"], result["meta_info"]["prompt_tokens"]

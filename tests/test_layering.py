@@ -10,10 +10,10 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "sglang_pask"
@@ -66,8 +66,10 @@ def test_only_the_seam_imports_sglang():
 def test_the_seam_check_sees_sglang_imports(tmp_path):
     """The check itself: it finds both import forms, in function bodies too, and not sglang_pask."""
     module = tmp_path / "m.py"
-    module.write_text("import sglang_pask.srt\nfrom sglang_pask import api\n"
-                      "def f():\n    import sglang.srt.utils\n    from sglang import launch_server\n")
+    module.write_text(
+        "import sglang_pask.srt\nfrom sglang_pask import api\n"
+        "def f():\n    import sglang.srt.utils\n    from sglang import launch_server\n"
+    )
     assert _sglang_imports(module) == ["4: sglang.srt.utils", "5: sglang"]
 
 

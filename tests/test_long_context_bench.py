@@ -13,9 +13,23 @@ import pytest
 from transformers import AutoTokenizer
 
 from bench.common import exact_mcnemar_p
-from bench.long_context import (NOISE, Item, Outcome, ServerLost, ask, build_items, build_parser, essay_sentences,
-                                format_paired, format_table, is_correct, outcome, paired_comparisons, server_flags,
-                                summarize)
+from bench.long_context import (
+    NOISE,
+    Item,
+    Outcome,
+    ServerLost,
+    ask,
+    build_items,
+    build_parser,
+    essay_sentences,
+    format_paired,
+    format_table,
+    is_correct,
+    outcome,
+    paired_comparisons,
+    server_flags,
+    summarize,
+)
 from sglang_pask.default_model import ensure_default_model
 from sglang_pask.server_process import free_port
 
@@ -24,8 +38,15 @@ def test_items_fit_their_length_and_hold_what_the_answer_must_name():
     tokenizer = AutoTokenizer.from_pretrained(ensure_default_model())
     items = build_items(tokenizer, ["niah", "vt"], [512, 1024], 2)
     assert [(i.task, i.length, i.index) for i in items] == [
-        ("niah", 512, 0), ("niah", 512, 1), ("niah", 1024, 0), ("niah", 1024, 1),
-        ("vt", 512, 0), ("vt", 512, 1), ("vt", 1024, 0), ("vt", 1024, 1)]
+        ("niah", 512, 0),
+        ("niah", 512, 1),
+        ("niah", 1024, 0),
+        ("niah", 1024, 1),
+        ("vt", 512, 0),
+        ("vt", 512, 1),
+        ("vt", 1024, 0),
+        ("vt", 1024, 1),
+    ]
     for item in items:
         tokens = len(tokenizer(item.text)["input_ids"])
         assert 0.8 * item.length <= tokens <= item.length
@@ -75,8 +96,10 @@ def streaming_stub():
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.end_headers()
-            for chunk in ({"text": "The number", "meta_info": {}},
-                          {"text": "The number is 1234567.", "meta_info": {"kv_stats": {"structkv": report}}}):
+            for chunk in (
+                {"text": "The number", "meta_info": {}},
+                {"text": "The number is 1234567.", "meta_info": {"kv_stats": {"structkv": report}}},
+            ):
                 self.wfile.write(b"data: " + json.dumps(chunk).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
 
@@ -151,11 +174,14 @@ def test_a_bad_structkv_pivot_is_refused_before_any_server_starts(bad, capsys):
     assert build_parser().parse_args(["--structkv-pivot", "13"]).structkv_pivot == "13"
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--items", "0"], "--items: '0' is below 1"),
-    (["--items", "two"], "--items: 'two' is not an integer"),
-    (["--first-item", "-1"], "--first-item: '-1' is below 0"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--items", "0"], "--items: '0' is below 1"),
+        (["--items", "two"], "--items: 'two' is not an integer"),
+        (["--first-item", "-1"], "--first-item: '-1' is below 0"),
+    ],
+)
 def test_bad_item_counts_are_refused_before_any_server_starts(flags, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(flags)
@@ -174,9 +200,25 @@ def test_a_run_whose_server_dies_still_writes_what_it_measured(tmp_path, monkeyp
 
     monkeypatch.setattr(long_context, "run_mode", full_then_lost)
     json_path, markdown_path = tmp_path / "run.json", tmp_path / "run.md"
-    code = long_context.main(["--model-path", str(ensure_default_model()), "--modes", "full", "snapkv",
-                              "--tasks", "niah", "--lengths", "512", "--items", "1",
-                              "--json", str(json_path), "--markdown", str(markdown_path)])
+    code = long_context.main(
+        [
+            "--model-path",
+            str(ensure_default_model()),
+            "--modes",
+            "full",
+            "snapkv",
+            "--tasks",
+            "niah",
+            "--lengths",
+            "512",
+            "--items",
+            "1",
+            "--json",
+            str(json_path),
+            "--markdown",
+            str(markdown_path),
+        ]
+    )
     assert code == 1
     assert "error: the snapkv server stopped answering" in capsys.readouterr().err
     record = json.loads(json_path.read_text())
@@ -187,8 +229,10 @@ def test_a_run_whose_server_dies_still_writes_what_it_measured(tmp_path, monkeyp
     assert "| 512 | full | 1 |" in markdown
 
 
-@pytest.mark.parametrize("only_first, only_second, p", [
-    (0, 0, 1.0), (4, 0, 0.125), (0, 5, 0.0625), (6, 0, 0.03125), (3, 1, 0.625), (7, 3, 0.34375), (5, 5, 1.0)])
+@pytest.mark.parametrize(
+    "only_first, only_second, p",
+    [(0, 0, 1.0), (4, 0, 0.125), (0, 5, 0.0625), (6, 0, 0.03125), (3, 1, 0.625), (7, 3, 0.34375), (5, 5, 1.0)],
+)
 def test_exact_mcnemar_is_the_two_sided_sign_test_on_the_disagreements(only_first, only_second, p):
     assert exact_mcnemar_p(only_first, only_second) == pytest.approx(p)
 
@@ -200,15 +244,25 @@ def test_exact_mcnemar_refuses_negative_counts():
 
 def test_paired_comparisons_count_the_prompts_only_one_mode_answered_right():
     right = {  # (mode, length): verdicts on prompts 0..5 of one task
-        ("full", 2048): [1, 1, 1, 1, 0, 0], ("structkv", 2048): [1, 1, 0, 1, 1, 0], ("fixed-pivot", 2048): [1, 0, 0, 0, 0, 0],
-        ("full", 4096): [1, 1, 1, 1, 1, 1], ("structkv", 4096): [1, 1, 1, 1, 1, 1], ("fixed-pivot", 4096): [1, 1, 1, 1, 1],
+        ("full", 2048): [1, 1, 1, 1, 0, 0],
+        ("structkv", 2048): [1, 1, 0, 1, 1, 0],
+        ("fixed-pivot", 2048): [1, 0, 0, 0, 0, 0],
+        ("full", 4096): [1, 1, 1, 1, 1, 1],
+        ("structkv", 4096): [1, 1, 1, 1, 1, 1],
+        ("fixed-pivot", 4096): [1, 1, 1, 1, 1],
     }
-    outcomes = [Outcome(mode, "niah", length, i, bool(v), 1.0, "")
-                for (mode, length), verdicts in right.items() for i, v in enumerate(verdicts)]
+    outcomes = [
+        Outcome(mode, "niah", length, i, bool(v), 1.0, "")
+        for (mode, length), verdicts in right.items()
+        for i, v in enumerate(verdicts)
+    ]
     outcomes.append(Outcome("snapkv", "niah", 8192, 0, True, 1.0, ""))  # no full KV at 8K: nothing to pair it with
     rows = {(r["length"], r["mode"], r["reference"]): r for r in paired_comparisons(outcomes)}
-    assert set(rows) == {(n, m, ref) for n in (2048, 4096, "all")
-                         for m, ref in (("structkv", "full"), ("fixed-pivot", "full"), ("structkv", "fixed-pivot"))}
+    assert set(rows) == {
+        (n, m, ref)
+        for n in (2048, 4096, "all")
+        for m, ref in (("structkv", "full"), ("fixed-pivot", "full"), ("structkv", "fixed-pivot"))
+    }
     first = rows[(2048, "structkv", "full")]
     assert (first["prompts"], first["only_mode"], first["only_reference"]) == (6, 1, 1) and first["p"] == 1.0
     # The fixed pivot answered five 4K prompts: only those are paired.
@@ -225,14 +279,35 @@ def test_a_run_writes_the_prompt_by_prompt_comparison(tmp_path, monkeypatch, cap
     import bench.long_context as long_context
 
     def answer(mode, model_path, items, args, log_dir, outcomes):
-        outcomes.extend(Outcome(mode, item.task, item.length, item.index, mode == "full" or item.index == 0, 1.0, "")
-                        for item in items)
+        outcomes.extend(
+            Outcome(mode, item.task, item.length, item.index, mode == "full" or item.index == 0, 1.0, "")
+            for item in items
+        )
 
     monkeypatch.setattr(long_context, "run_mode", answer)
     json_path, markdown_path = tmp_path / "run.json", tmp_path / "run.md"
-    assert long_context.main(["--model-path", str(ensure_default_model()), "--modes", "full", "structkv",
-                              "--tasks", "niah", "--lengths", "512", "--items", "3",
-                              "--json", str(json_path), "--markdown", str(markdown_path)]) == 0
+    assert (
+        long_context.main(
+            [
+                "--model-path",
+                str(ensure_default_model()),
+                "--modes",
+                "full",
+                "structkv",
+                "--tasks",
+                "niah",
+                "--lengths",
+                "512",
+                "--items",
+                "3",
+                "--json",
+                str(json_path),
+                "--markdown",
+                str(markdown_path),
+            ]
+        )
+        == 0
+    )
     assert "only mode right" in capsys.readouterr().out
     assert "| 512 | structkv | full | 3 | 0 | 2 | 0.500 |" in markdown_path.read_text()
     (paired,) = json.loads(json_path.read_text())["paired"]
@@ -240,23 +315,44 @@ def test_a_run_writes_the_prompt_by_prompt_comparison(tmp_path, monkeypatch, cap
 
 
 def _run_file(path, outcomes, commit):
-    path.write_text(json.dumps({"command": "python -m bench.long_context ...", "commit": commit,
-                                "date": "2026-12-04T00:00:00+00:00", "model": "m",
-                                "results": [asdict(o) for o in outcomes]}))
+    path.write_text(
+        json.dumps(
+            {
+                "command": "python -m bench.long_context ...",
+                "commit": commit,
+                "date": "2026-12-04T00:00:00+00:00",
+                "model": "m",
+                "results": [asdict(o) for o in outcomes],
+            }
+        )
+    )
     return str(path)
 
 
 def test_from_json_pools_runs_counts_each_answer_once_and_leaves_pooled_times_out(tmp_path, capsys):
     from bench.long_context import main
 
-    first = _run_file(tmp_path / "a.json", [Outcome("full", "niah", 2048, 0, True, 2.0, "a"),
-                                            Outcome("structkv", "niah", 2048, 0, False, 1.0, "b")], "c1")
-    second = _run_file(tmp_path / "b.json", [Outcome("full", "niah", 2048, 0, False, 9.0, "x"),  # a repeat: left out
-                                             Outcome("full", "niah", 2048, 1, True, 4.0, "c"),
-                                             Outcome("structkv", "niah", 2048, 1, True, 2.0, "c")], "c2")
+    first = _run_file(
+        tmp_path / "a.json",
+        [Outcome("full", "niah", 2048, 0, True, 2.0, "a"), Outcome("structkv", "niah", 2048, 0, False, 1.0, "b")],
+        "c1",
+    )
+    second = _run_file(
+        tmp_path / "b.json",
+        [
+            Outcome("full", "niah", 2048, 0, False, 9.0, "x"),  # a repeat: left out
+            Outcome("full", "niah", 2048, 1, True, 4.0, "c"),
+            Outcome("structkv", "niah", 2048, 1, True, 2.0, "c"),
+        ],
+        "c2",
+    )
     markdown, record_path, png = tmp_path / "pooled.md", tmp_path / "pooled.json", tmp_path / "pooled.png"
-    assert main(["--from-json", first, second, "--markdown", str(markdown), "--json", str(record_path),
-                 "--plot", str(png)]) == 0
+    assert (
+        main(
+            ["--from-json", first, second, "--markdown", str(markdown), "--json", str(record_path), "--plot", str(png)]
+        )
+        == 0
+    )
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     captured = capsys.readouterr()
     assert "1 answer(s) given again by a later file left out" in captured.err
@@ -269,21 +365,32 @@ def test_from_json_pools_runs_counts_each_answer_once_and_leaves_pooled_times_ou
     text = markdown.read_text()
     assert f"- pooled from `{first}` (commit c1" in text and "| 2048 | structkv | 2 | 0.50 |" in text
 
-    assert main(["--from-json", second, "--json", str(record_path), "--plot", str(png)]) == 0  # one run: its times stand
+    assert (
+        main(["--from-json", second, "--json", str(record_path), "--plot", str(png)]) == 0
+    )  # one run: its times stand
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = {r["mode"]: r for r in json.loads(record_path.read_text())["summary"]}
     assert rows["structkv"]["ttft_vs_full"] == pytest.approx(2.0 / 4.0)  # against full KV on the same prompt
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"table": "x"}', "file 1 has no 'results' list"),
-    ('{"results": [{"mode": "full"}]}', "file 1: an entry is not a long-context answer"),
-    ('{"results": []}', "the files hold no answers"),
-    ('{"results": [{"mode": "lossy", "task": "niah", "length": 2048, "index": 0, "correct": true, "ttft_s": 1.0, '
-     '"answer": ""}]}', "unknown mode or task ('lossy', 'niah')"),
-    ('{"results": [{"mode": "full", "task": "niah", "length": 2048, "index": 0, "correct": "yes", "ttft_s": 1.0, '
-     '"answer": ""}]}', "a field of the wrong type"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"table": "x"}', "file 1 has no 'results' list"),
+        ('{"results": [{"mode": "full"}]}', "file 1: an entry is not a long-context answer"),
+        ('{"results": []}', "the files hold no answers"),
+        (
+            '{"results": [{"mode": "lossy", "task": "niah", "length": 2048, "index": 0, "correct": true, "ttft_s": 1.0, '
+            '"answer": ""}]}',
+            "unknown mode or task ('lossy', 'niah')",
+        ),
+        (
+            '{"results": [{"mode": "full", "task": "niah", "length": 2048, "index": 0, "correct": "yes", "ttft_s": 1.0, '
+            '"answer": ""}]}',
+            "a field of the wrong type",
+        ),
+    ],
+)
 def test_from_json_refuses_what_is_not_a_run_file(content, message, tmp_path, capsys):
     from bench.long_context import main
 
@@ -295,11 +402,14 @@ def test_from_json_refuses_what_is_not_a_run_file(content, message, tmp_path, ca
     assert message in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("flags, named", [
-    (["--items", "3"], "--items"),
-    (["--modes", "full", "--interleave"], "--modes, --interleave"),
-    (["--server-args", "--max-total-tokens 8192"], "--server-args"),
-])
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--items", "3"], "--items"),
+        (["--modes", "full", "--interleave"], "--modes, --interleave"),
+        (["--server-args", "--max-total-tokens 8192"], "--server-args"),
+    ],
+)
 def test_from_json_refuses_flags_that_only_shape_a_live_run(flags, named, tmp_path, capsys):
     from bench.long_context import main
 
@@ -318,10 +428,15 @@ def test_every_flag_is_either_a_live_run_flag_or_meaningful_in_a_replay():
 
 
 def test_centrality_ranked_kv_is_paired_with_structkv_and_full():
-    outcomes = [Outcome(mode, "niah-mv", 2048, i, bool(v), 1.0, "")
-                for mode, verdicts in (("full", [1, 1, 1, 0]), ("structkv", [0, 0, 1, 0]),
-                                       ("structkv-central-kv", [1, 1, 1, 1]))
-                for i, v in enumerate(verdicts)]
+    outcomes = [
+        Outcome(mode, "niah-mv", 2048, i, bool(v), 1.0, "")
+        for mode, verdicts in (
+            ("full", [1, 1, 1, 0]),
+            ("structkv", [0, 0, 1, 0]),
+            ("structkv-central-kv", [1, 1, 1, 1]),
+        )
+        for i, v in enumerate(verdicts)
+    ]
     rows = {(r["mode"], r["reference"]): r for r in paired_comparisons(outcomes)}
     assert set(rows) == {("structkv", "full"), ("structkv-central-kv", "full"), ("structkv-central-kv", "structkv")}
     against_own = rows[("structkv-central-kv", "structkv")]

@@ -18,10 +18,19 @@ from sglang_pask.server_process import ServerProcess
 from sglang_pask.structure.roles import Role
 
 RANGES = [range(0, 1), range(1, 2)]
-PROMPT = "<|im_start|>user\nWhat is the weather in Paris and in Rome today, in celsius?<|im_end|>\n<|im_start|>assistant\n"
-SCHEMA = json.dumps({"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Rome"]},
-                                                      "days": {"type": "integer", "minimum": 1, "maximum": 9}},
-                     "required": ["city", "days"]})
+PROMPT = (
+    "<|im_start|>user\nWhat is the weather in Paris and in Rome today, in celsius?<|im_end|>\n<|im_start|>assistant\n"
+)
+SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "enum": ["Paris", "Rome"]},
+            "days": {"type": "integer", "minimum": 1, "maximum": 9},
+        },
+        "required": ["city", "days"],
+    }
+)
 
 
 SINKS = 2
@@ -30,8 +39,13 @@ SINKS = 2
 def write_policy(path: Path, model_dir: Path, num_layers: int = 2, sinks: int = 0) -> Path:
     floors = [0.0] * NUM_ROLES
     floors[Role.USER_QUESTION] = 1.0
-    table = PaskTable(floors=(tuple(floors), tuple([0.0] * NUM_ROLES)), residual_shares=(0.5, 0.5),
-                      layers_per_group=(1, 1), role_frequencies=tuple([1.0 / NUM_ROLES] * NUM_ROLES), sinks=sinks)
+    table = PaskTable(
+        floors=(tuple(floors), tuple([0.0] * NUM_ROLES)),
+        residual_shares=(0.5, 0.5),
+        layers_per_group=(1, 1),
+        role_frequencies=tuple([1.0 / NUM_ROLES] * NUM_ROLES),
+        sinks=sinks,
+    )
     data = table_to_json(table, model_dir.name, RANGES, {"note": "written by a test"})
     data["model"]["num_layers"] = num_layers
     save_policy_file(path, data)
@@ -43,8 +57,21 @@ def pask_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
     folder = tmp_path_factory.mktemp("pask")
     policy = write_policy(folder / "policy.json", tiny_model_dir, sinks=SINKS)
     server = ServerProcess(
-        ["--model-path", str(tiny_model_dir), "--constrained-json-disable-any-whitespace", "--kv-policy", "pask",
-         "--pask-policy", str(policy), "--kv-budget", "0.5", "--kv-layer-groups", "0-0,1-1", "--kv-window", "4"],
+        [
+            "--model-path",
+            str(tiny_model_dir),
+            "--constrained-json-disable-any-whitespace",
+            "--kv-policy",
+            "pask",
+            "--pask-policy",
+            str(policy),
+            "--kv-budget",
+            "0.5",
+            "--kv-layer-groups",
+            "0-0,1-1",
+            "--kv-window",
+            "4",
+        ],
         folder / "server.log",
     )
     try:
@@ -54,8 +81,9 @@ def pask_server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) 
 
 
 def generate(server: ServerProcess, **params) -> requests.Response:
-    return requests.post(f"{server.url}/generate",
-                         json={"text": PROMPT, "sampling_params": {"temperature": 0, **params}}, timeout=120)
+    return requests.post(
+        f"{server.url}/generate", json={"text": PROMPT, "sampling_params": {"temperature": 0, **params}}, timeout=120
+    )
 
 
 @pytest.mark.server
@@ -74,8 +102,12 @@ def test_pask_serves_grammar_constrained_requests_within_budget(pask_server):
 @pytest.mark.server
 def test_calibration_probe_drops_one_role_in_one_group(pask_server):
     requests.post(f"{pask_server.url}/flush_cache", timeout=30)
-    response = generate(pask_server, max_new_tokens=1, return_kv_roles=True,
-                        custom_params={"pask_probe": {"drop_group": 1, "drop_role": "user_question"}})
+    response = generate(
+        pask_server,
+        max_new_tokens=1,
+        return_kv_roles=True,
+        custom_params={"pask_probe": {"drop_group": 1, "drop_role": "user_question"}},
+    )
     assert response.status_code == 200, response.text
     meta = response.json()["meta_info"]
     question = meta["kv_prompt_roles"].count("user_question")
@@ -83,8 +115,9 @@ def test_calibration_probe_drops_one_role_in_one_group(pask_server):
     stats = meta["kv_stats"]
     assert stats["kept_tokens"] == [stats["full_tokens"], stats["full_tokens"] - question]
     requests.post(f"{pask_server.url}/flush_cache", timeout=30)
-    everywhere = generate(pask_server, max_new_tokens=1,
-                          custom_params={"pask_probe": {"drop_group": "all", "drop_role": "user_question"}})
+    everywhere = generate(
+        pask_server, max_new_tokens=1, custom_params={"pask_probe": {"drop_group": "all", "drop_role": "user_question"}}
+    )
     assert everywhere.status_code == 200, everywhere.text
     stats = everywhere.json()["meta_info"]["kv_stats"]
     assert stats["kept_tokens"] == [stats["full_tokens"] - question] * 2
@@ -99,18 +132,27 @@ def test_calibration_probe_measures_distortion(pask_server):
 
 
 @pytest.mark.server
-@pytest.mark.parametrize("probe", [{"drop_group": 1}, {"drop_group": -1, "drop_role": "boundary"},
-                                   {"drop_group": 2, "drop_role": "boundary"},
-                                   {"drop_group": "everywhere", "drop_role": "boundary"},
-                                   {"drop_group": 0, "drop_role": "nonsense"}, {"distortion_budget": 2}, "x"])
+@pytest.mark.parametrize(
+    "probe",
+    [
+        {"drop_group": 1},
+        {"drop_group": -1, "drop_role": "boundary"},
+        {"drop_group": 2, "drop_role": "boundary"},
+        {"drop_group": "everywhere", "drop_role": "boundary"},
+        {"drop_group": 0, "drop_role": "nonsense"},
+        {"distortion_budget": 2},
+        "x",
+    ],
+)
 def test_malformed_probes_are_refused(pask_server, probe):
     response = generate(pask_server, max_new_tokens=1, custom_params={"pask_probe": probe})
     assert response.status_code == 400 and "pask_probe" in response.text
 
 
 def launch(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sglang_pask.launch_server", *args], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "sglang_pask.launch_server", *args], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_pask_start_up_errors(tiny_model_dir, tmp_path):

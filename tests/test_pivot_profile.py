@@ -7,7 +7,9 @@ import torch
 from bench.pivot_profile import profile
 
 
-def planted_layers(seed: int, hub_range: int, num_layers: int = 12, n: int = 200) -> tuple[list[torch.Tensor], torch.Tensor]:
+def planted_layers(
+    seed: int, hub_range: int, num_layers: int = 12, n: int = 200
+) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Window scores ``(n,)`` per layer, diffuse in layers 0-5 and concentrated on 10 hubs (drawn
     among the first ``hub_range`` positions) from layer 6 on; and the hubs ``(10,)``."""
     gen = torch.Generator().manual_seed(seed)
@@ -69,8 +71,15 @@ def test_window_score_recorder_equals_eager_attention_maps():
     from bench.pivot_profile import WindowScoreRecorder
 
     torch.manual_seed(0)
-    config = Qwen2Config(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    config = Qwen2Config(
+        vocab_size=128,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+    )
     ids = torch.randint(0, 128, (1, 50))
     eager = Qwen2ForCausalLM._from_config(config, attn_implementation="eager").eval()
     with torch.no_grad():
@@ -108,9 +117,13 @@ def test_skeleton_coverage_by_pooled_tokens_and_by_segments():
     alone = layers[decided]
     assert coverage["layer_alone_pooled"] == len(set(keys) & set(pooled_skeleton(alone, 0.2, 8).tolist()))
     assert coverage["layer_alone_segments"] == len(set(keys) & set(segment_skeleton(alone, segments, 0.2, 8).tolist()))
-    assert {f"{name}_{how}" for name in ("from_layer_0", "from_search_start", "layer_alone")
-            for how in ("pooled", "segments")} <= set(coverage)
+    assert {
+        f"{name}_{how}"
+        for name in ("from_layer_0", "from_search_start", "layer_alone")
+        for how in ("pooled", "segments")
+    } <= set(coverage)
     by_tokens = profile(layers, window=8, key_positions=keys, segments=segments, layers_by_segments=False)
     assert by_tokens["layer_key_tokens"] == [len(set(keys) & set(pooled_skeleton(s, 0.2, 8).tolist())) for s in layers]
-    assert result["layer_key_tokens"] == [len(set(keys) & set(segment_skeleton(s, segments, 0.2, 8).tolist()))
-                                          for s in layers]
+    assert result["layer_key_tokens"] == [
+        len(set(keys) & set(segment_skeleton(s, segments, 0.2, 8).tolist())) for s in layers
+    ]

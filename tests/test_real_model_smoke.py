@@ -65,8 +65,11 @@ def test_function_call_agent_example_on_the_default_model(default_model_server):
 def greedy_outputs(url: str, prompts: list[str], max_new_tokens: int) -> list[list[int]]:
     outputs = []
     for text in prompts:  # one at a time: the same batch shapes on both servers
-        response = requests.post(f"{url}/generate", timeout=300, json={
-            "text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}})
+        response = requests.post(
+            f"{url}/generate",
+            timeout=300,
+            json={"text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens}},
+        )
         response.raise_for_status()
         outputs.append(response.json()["output_ids"])
     return outputs
@@ -84,16 +87,25 @@ def test_budget_one_over_four_layer_groups_is_stock_sglang_on_the_default_model(
     item = split_items(load_category("simple_python"), "eval")[0]
     prompts = [
         tokenizer.apply_chat_template(build_messages(item), tokenize=False, add_generation_prompt=True),
-        tokenizer.apply_chat_template([{"role": "user", "content": "Write a Python function that reverses a list."}],
-                                      tokenize=False, add_generation_prompt=True),
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Write a Python function that reverses a list."}],
+            tokenize=False,
+            add_generation_prompt=True,
+        ),
         "The capital of Portugal is",
     ]
     cpu_flags = [arg for _, flags in cpu_defaults() for arg in flags]
     servers = {  # name: (flags, environment, module), started one after the other
-        "pask": (["--model-path", model, "--kv-policy", "full", "--kv-budget", "1.0", "--kv-layer-groups", "4"],
-                 {}, "sglang_pask.launch_server"),
-        "stock": (["--model-path", model, *cpu_flags], {"SGLANG_USE_CPU_ENGINE": "1", CONFIG_ENV: None},
-                  "sglang.launch_server"),
+        "pask": (
+            ["--model-path", model, "--kv-policy", "full", "--kv-budget", "1.0", "--kv-layer-groups", "4"],
+            {},
+            "sglang_pask.launch_server",
+        ),
+        "stock": (
+            ["--model-path", model, *cpu_flags],
+            {"SGLANG_USE_CPU_ENGINE": "1", CONFIG_ENV: None},
+            "sglang.launch_server",
+        ),
     }
     outputs = {}
     for name, (flags, env, module) in servers.items():

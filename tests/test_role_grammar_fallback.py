@@ -29,4 +29,4 @@ def test_unexpected_analysis_errors_fall_back_too(vocab, monkeypatch):
 
 def test_readable_grammars_get_their_own_machine(vocab):
     assert not _is_lexer(srt_grammar.role_grammar_for("json", '{"type": "object"}', vocab))
-    assert not _is_lexer(srt_grammar.role_grammar_for("regex", r'\[f\(a=1\)\]', vocab))
+    assert not _is_lexer(srt_grammar.role_grammar_for("regex", r"\[f\(a=1\)\]", vocab))

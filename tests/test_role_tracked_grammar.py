@@ -72,7 +72,7 @@ def test_rollbacks_before_and_after_a_read(tok, vocab, compiler, kind):
     grammar, role_grammar, ids = _grammar(tok, vocab, compiler, kind)
     final = None
     for k in (1, 3, len(ids) // 2, len(ids)):
-        for token in ids[len(grammar.accepted_tokens):]:
+        for token in ids[len(grammar.accepted_tokens) :]:
             grammar.accept_token(token)
         final = final or _check(grammar, role_grammar, ids)
         grammar.rollback(2)  # untagged: nothing read since
@@ -80,7 +80,7 @@ def test_rollbacks_before_and_after_a_read(tok, vocab, compiler, kind):
             grammar.accept_token(token)
         grammar.rollback(k)  # into the tagged part
         _check(grammar, role_grammar, ids[: len(ids) - k])
-    for token in ids[len(grammar.accepted_tokens):]:
+    for token in ids[len(grammar.accepted_tokens) :]:
         grammar.accept_token(token)
     assert _check(grammar, role_grammar, ids) == final
 
@@ -119,7 +119,7 @@ def test_jump_and_retokenize_replaces_the_changed_tail(tok, vocab, compiler):
     # the same text, one token per character (every ASCII character is a token of a byte-level BPE)
     chars = tok.decode(old)
     new = [tok.convert_tokens_to_ids(c) for c in chars]
-    assert new != old and tok.decode(new) == chars and chars == text[-len(chars):]
+    assert new != old and tok.decode(new) == chars and chars == text[-len(chars) :]
     grammar.jump_and_retokenize(old, new, next_state=0)
     _check(grammar, role_grammar, ids[:-tail] + new)
 
@@ -135,13 +135,19 @@ def _reasoning_request(tok: Any, vocab: TokenVocab, compiler: Any) -> tuple[Any,
     for token in output:
         wrapper.accept_token(token)
     assert grammar.accepted_tokens == ids  # the grammar saw the answer only
-    return SimpleNamespace(output_ids=output, grammar=wrapper, origin_input_ids=thinking[:5]), grammar, len(output) - len(ids)
+    return (
+        SimpleNamespace(output_ids=output, grammar=wrapper, origin_input_ids=thinking[:5]),
+        grammar,
+        len(output) - len(ids),
+    )
 
 
 def test_a_reasoning_models_grammar_roles_stand_after_its_thinking(tok, vocab, compiler):
     req, grammar, answer_start = _reasoning_request(tok, vocab, compiler)
     offset, roles = request_grammar_roles(req)
-    assert offset == answer_start and list(roles) == list(grammar.roles()) and len(roles) == len(req.output_ids) - offset
+    assert (
+        offset == answer_start and list(roles) == list(grammar.roles()) and len(roles) == len(req.output_ids) - offset
+    )
     req.output_ids = req.output_ids + [req.output_ids[-1]]  # sampled, not yet accepted
     assert request_grammar_roles(req) == (answer_start, roles)
     req.output_ids = req.output_ids[:-1]
@@ -159,8 +165,8 @@ def test_request_roles_put_a_reasoning_answer_after_the_thinking(tok, vocab, com
     prompt = len(req.origin_input_ids)
     positions = torch.arange(prompt + len(req.output_ids))
     roles = table.roles_of(0, positions).tolist()
-    assert roles[prompt + answer_start:] == list(grammar.roles())
-    assert set(roles[prompt:prompt + answer_start]) == {int(Role.FREE_TEXT)}
+    assert roles[prompt + answer_start :] == list(grammar.roles())
+    assert set(roles[prompt : prompt + answer_start]) == {int(Role.FREE_TEXT)}
 
 
 def test_grammar_roles_that_do_not_match_the_output_are_not_placed(tok, vocab, compiler):

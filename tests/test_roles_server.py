@@ -19,7 +19,10 @@ CALL_SCHEMA = {
         "name": {"type": "string", "enum": ["get_weather"]},
         "arguments": {
             "type": "object",
-            "properties": {"unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}, "detailed": {"type": "boolean"}},
+            "properties": {
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                "detailed": {"type": "boolean"},
+            },
             "required": ["unit"],
             "additionalProperties": False,
         },

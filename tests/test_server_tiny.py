@@ -124,7 +124,7 @@ def test_greedy_output_equals_transformers(tiny_server, tiny_model_dir):
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.bfloat16)
     ids = tokenizer(prompt)["input_ids"]
-    expected = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids):].tolist()
+    expected = model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)[0, len(ids) :].tolist()
     assert out["output_ids"] == expected
 
 

@@ -12,7 +12,9 @@ def run_python(code: str, extra_path: Path | None = None) -> subprocess.Complete
     """Run ``code`` in a fresh interpreter (the .pth file installs the finder at start-up)."""
     env_path = [str(extra_path)] if extra_path else []
     prelude = f"import sys; sys.path[:0] = {env_path!r}\n"
-    return subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_finder_is_installed_at_interpreter_start():
@@ -57,14 +59,18 @@ def test_sgl_kernel_standin_when_no_real_module(tmp_path):
 def test_real_module_wins_when_it_loads(tmp_path):
     (tmp_path / "sgl_kernel").mkdir()
     (tmp_path / "sgl_kernel" / "__init__.py").write_text("REAL = True\n")
-    result = run_python("import sgl_kernel; print(sgl_kernel.REAL, hasattr(sgl_kernel, 'IS_SGLANG_PASK_STANDIN'))", tmp_path)
+    result = run_python(
+        "import sgl_kernel; print(sgl_kernel.REAL, hasattr(sgl_kernel, 'IS_SGLANG_PASK_STANDIN'))", tmp_path
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True False"
 
 
 def test_broken_real_module_falls_back_to_the_standin(tmp_path):
     (tmp_path / "sgl_kernel").mkdir()
-    (tmp_path / "sgl_kernel" / "__init__.py").write_text("raise ImportError('libcuda.so.1: cannot open shared object file')\n")
+    (tmp_path / "sgl_kernel" / "__init__.py").write_text(
+        "raise ImportError('libcuda.so.1: cannot open shared object file')\n"
+    )
     result = run_python("import sgl_kernel; print(sgl_kernel.IS_SGLANG_PASK_STANDIN)", tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True"

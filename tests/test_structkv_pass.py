@@ -25,8 +25,16 @@ def scores_on(focus: range) -> torch.Tensor:
 
 def decided_pass(kv_score: str) -> StructKVPass:
     settings = StructKVSettings.from_flags("structkv", 1, 0.5, 0.25, WINDOW, 4, "tokens", kv_score)
-    prune = StructKVPass(settings, 4, [0, 1, 2, 3], rows=[0], prefix_lens=[0], extend_lens=[LENGTH],
-                         positions=torch.arange(LENGTH), out_cache_loc=torch.arange(LENGTH))
+    prune = StructKVPass(
+        settings,
+        4,
+        [0, 1, 2, 3],
+        rows=[0],
+        prefix_lens=[0],
+        extend_lens=[LENGTH],
+        positions=torch.arange(LENGTH),
+        out_cache_loc=torch.arange(LENGTH),
+    )
     positions = torch.arange(LENGTH)
     prune.add_scores(0, 0, positions, scores_on(LAYER_0_FOCUS))
     prune.add_scores(0, 1, positions, scores_on(LAYER_1_FOCUS))
@@ -66,9 +74,16 @@ def test_a_prompt_shorter_than_min_prompt_is_served_unpruned_beside_a_pruned_one
     assert settings.prunes(LENGTH) and not settings.prunes(LENGTH - 1)
     short = LENGTH - 5
     # Request 1 has 5 cached tokens: 5 + 35 = 40 reaches the minimum although it computes only 35.
-    prune = StructKVPass(settings, 4, [0, 1, 2, 3], rows=[0, 1, 2], prefix_lens=[0, 0, 5],
-                         extend_lens=[LENGTH, short, short], positions=torch.arange(LENGTH + 2 * short),
-                         out_cache_loc=torch.arange(LENGTH + 2 * short))
+    prune = StructKVPass(
+        settings,
+        4,
+        [0, 1, 2, 3],
+        rows=[0, 1, 2],
+        prefix_lens=[0, 0, 5],
+        extend_lens=[LENGTH, short, short],
+        positions=torch.arange(LENGTH + 2 * short),
+        out_cache_loc=torch.arange(LENGTH + 2 * short),
+    )
     assert [prune.prunes(i) for i in range(3)] == [True, False, True]
     for layer, focus in ((0, LAYER_0_FOCUS), (1, LAYER_1_FOCUS)):
         prune.add_scores(0, layer, torch.arange(LENGTH), scores_on(focus))

@@ -51,13 +51,20 @@ def start(model_dir: Path, log: Path, *flags: str) -> ServerProcess:
     0``: these prompts are far below the default 4096) unless ``flags`` set the minimum."""
     if "--structkv" in flags and "--structkv-min-prompt" not in flags:
         flags = (*flags, "--structkv-min-prompt", "0")
-    return ServerProcess(["--model-path", str(model_dir), "--kv-layer-groups", str(LAYERS), *flags],
-                         log).wait_ready(timeout_s=300)
+    return ServerProcess(["--model-path", str(model_dir), "--kv-layer-groups", str(LAYERS), *flags], log).wait_ready(
+        timeout_s=300
+    )
 
 
 def generate(server: ServerProcess, text: str, max_new_tokens: int = 16) -> dict:
-    response = requests.post(f"{server.url}/generate", timeout=300, json={
-        "text": text, "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True}})
+    response = requests.post(
+        f"{server.url}/generate",
+        timeout=300,
+        json={
+            "text": text,
+            "sampling_params": {"temperature": 0, "max_new_tokens": max_new_tokens, "ignore_eos": True},
+        },
+    )
     response.raise_for_status()
     return response.json()
 
@@ -78,8 +85,10 @@ def assert_clean(server: ServerProcess) -> None:
 def test_ratio_one_is_token_for_token_structkv_off(qwen2_dir, tmp_path):
     prompts = [prompt(i, 40 + 60 * i) for i in range(4)]
     outputs = {}
-    for name, flags in (("off", ()), ("on", ("--structkv", "--structkv-prefill-ratio", "1",
-                                             "--structkv-kv-ratio", "1"))):
+    for name, flags in (
+        ("off", ()),
+        ("on", ("--structkv", "--structkv-prefill-ratio", "1", "--structkv-kv-ratio", "1")),
+    ):
         server = start(qwen2_dir, tmp_path / f"{name}.log", *flags)
         try:
             results = [generate(server, text, 24) for text in prompts]  # one at a time: same numerics
@@ -96,8 +105,19 @@ def test_ratio_one_is_token_for_token_structkv_off(qwen2_dir, tmp_path):
 
 
 def test_later_layers_compute_the_skeleton_and_decode_runs_without_leaks(qwen2_dir, tmp_path):
-    server = start(qwen2_dir, tmp_path / "prune.log", "--structkv", "--structkv-prefill-ratio", "0.25",
-                   "--structkv-kv-ratio", "0.125", "--kv-policy", "snapkv", "--kv-budget", "0.5")
+    server = start(
+        qwen2_dir,
+        tmp_path / "prune.log",
+        "--structkv",
+        "--structkv-prefill-ratio",
+        "0.25",
+        "--structkv-kv-ratio",
+        "0.125",
+        "--kv-policy",
+        "snapkv",
+        "--kv-budget",
+        "0.5",
+    )
     try:
         texts = [prompt(i, 150 + 40 * i) for i in range(4)]
         with ThreadPoolExecutor(max_workers=4) as pool:  # several requests per extend batch
@@ -131,8 +151,19 @@ def test_later_layers_compute_the_skeleton_and_decode_runs_without_leaks(qwen2_d
 
 def test_gemfilter_mode_restarts_on_the_skeleton(tmp_path):
     model_dir = build_tiny_model(tmp_path / "tiny-llama", num_layers=LAYERS, arch="llama")
-    server = start(model_dir, tmp_path / "gemfilter.log", "--structkv", "--structkv-mode", "gemfilter",
-                   "--structkv-pivot", "2", "--structkv-select", "tokens", "--structkv-window", "8")
+    server = start(
+        model_dir,
+        tmp_path / "gemfilter.log",
+        "--structkv",
+        "--structkv-mode",
+        "gemfilter",
+        "--structkv-pivot",
+        "2",
+        "--structkv-select",
+        "tokens",
+        "--structkv-window",
+        "8",
+    )
     try:
         result = generate(server, prompt(3, 200), 12)
         report = result["meta_info"]["kv_stats"]["structkv"]
@@ -148,12 +179,26 @@ def test_gemfilter_mode_restarts_on_the_skeleton(tmp_path):
 
 
 def test_centrality_ranked_kv_is_one_choice_in_every_group_that_saw_the_whole_prompt(qwen2_dir, tmp_path):
-    server = start(qwen2_dir, tmp_path / "central.log", "--structkv", "--structkv-prefill-ratio", "0.25",
-                   "--structkv-kv-ratio", "0.125", "--structkv-kv-score", "centrality")
+    server = start(
+        qwen2_dir,
+        tmp_path / "central.log",
+        "--structkv",
+        "--structkv-prefill-ratio",
+        "0.25",
+        "--structkv-kv-ratio",
+        "0.125",
+        "--structkv-kv-score",
+        "centrality",
+    )
     try:
-        response = requests.post(f"{server.url}/generate", timeout=300, json={
-            "text": prompt(5, 260), "sampling_params": {"temperature": 0, "max_new_tokens": 6, "ignore_eos": True,
-                                                        "return_kv_kept": True}})
+        response = requests.post(
+            f"{server.url}/generate",
+            timeout=300,
+            json={
+                "text": prompt(5, 260),
+                "sampling_params": {"temperature": 0, "max_new_tokens": 6, "ignore_eos": True, "return_kv_kept": True},
+            },
+        )
         response.raise_for_status()
         stats = response.json()["meta_info"]["kv_stats"]
         report = stats["structkv"]
@@ -177,8 +222,18 @@ def test_prompts_shorter_than_min_prompt_are_served_unpruned(qwen2_dir, tmp_path
         expected = generate(server, short, 12)["output_ids"]
     finally:
         server.stop()
-    server = start(qwen2_dir, tmp_path / "min.log", *policy, "--structkv", "--structkv-min-prompt", "200",
-                   "--structkv-prefill-ratio", "0.25", "--structkv-kv-ratio", "0.125")
+    server = start(
+        qwen2_dir,
+        tmp_path / "min.log",
+        *policy,
+        "--structkv",
+        "--structkv-min-prompt",
+        "200",
+        "--structkv-prefill-ratio",
+        "0.25",
+        "--structkv-kv-ratio",
+        "0.125",
+    )
     try:
         alone = generate(server, short, 12)
         assert alone["output_ids"] == expected

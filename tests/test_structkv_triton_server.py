@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -28,9 +27,23 @@ from sglang_pask.server_process import ServerProcess
 
 pytestmark = pytest.mark.server
 
-STRUCTKV = ["--kv-layer-groups", str(LAYERS), "--dtype", "float32", "--structkv", "--structkv-min-prompt", "0",
-            "--structkv-prefill-ratio", "0.25", "--structkv-kv-ratio", "0.125",
-            "--kv-policy", "snapkv", "--kv-budget", "0.5"]
+STRUCTKV = [
+    "--kv-layer-groups",
+    str(LAYERS),
+    "--dtype",
+    "float32",
+    "--structkv",
+    "--structkv-min-prompt",
+    "0",
+    "--structkv-prefill-ratio",
+    "0.25",
+    "--structkv-kv-ratio",
+    "0.125",
+    "--kv-policy",
+    "snapkv",
+    "--kv-budget",
+    "0.5",
+]
 BACKENDS = {"triton": (["--attention-backend", "triton"], {"TRITON_INTERPRET": "1"}), "torch_native": ([], {})}
 
 
@@ -42,8 +55,9 @@ def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Serv
     started: dict[str, ServerProcess] = {}
     try:
         for name, (flags, env) in BACKENDS.items():
-            started[name] = ServerProcess(["--model-path", str(model_dir), *STRUCTKV, *flags],
-                                          logs / f"{name}.log", env=env).wait_ready(timeout_s=300)
+            started[name] = ServerProcess(
+                ["--model-path", str(model_dir), *STRUCTKV, *flags], logs / f"{name}.log", env=env
+            ).wait_ready(timeout_s=300)
         yield started
     finally:
         for server in started.values():
@@ -54,8 +68,14 @@ def summary(result: dict) -> tuple:
     """What must agree between the backends: the answer, the pruning and the KV kept."""
     stats = result["meta_info"]["kv_stats"]
     report = stats["structkv"]
-    return (result.get("output_ids", result["text"]), report["pivot"], report["decided_at"], report["rows_per_layer"],
-            report["skeleton_tokens"], stats["kept_tokens"])
+    return (
+        result.get("output_ids", result["text"]),
+        report["pivot"],
+        report["decided_at"],
+        report["rows_per_layer"],
+        report["skeleton_tokens"],
+        stats["kept_tokens"],
+    )
 
 
 def test_triton_prunes_keeps_and_answers_as_torch_native(servers):
@@ -100,10 +120,26 @@ def test_triton_prunes_a_batch_per_request_and_frees_every_slot(servers):
 def test_gemfilter_mode_restarts_on_the_skeleton_on_triton(tmp_path):
     model_dir = build_tiny_model(tmp_path / "tiny-llama", num_layers=LAYERS, arch="llama")
     flags, env = BACKENDS["triton"]
-    server = ServerProcess(["--model-path", str(model_dir), "--kv-layer-groups", str(LAYERS), "--dtype", "float32",
-                            "--structkv", "--structkv-min-prompt", "0", "--structkv-mode", "gemfilter",
-                            "--structkv-pivot", "2", *flags],
-                           tmp_path / "gemfilter.log", env=env).wait_ready(timeout_s=300)
+    server = ServerProcess(
+        [
+            "--model-path",
+            str(model_dir),
+            "--kv-layer-groups",
+            str(LAYERS),
+            "--dtype",
+            "float32",
+            "--structkv",
+            "--structkv-min-prompt",
+            "0",
+            "--structkv-mode",
+            "gemfilter",
+            "--structkv-pivot",
+            "2",
+            *flags,
+        ],
+        tmp_path / "gemfilter.log",
+        env=env,
+    ).wait_ready(timeout_s=300)
     try:
         result = generate(server, prompt(3, 200), 6)
         report = result["meta_info"]["kv_stats"]["structkv"]

@@ -36,8 +36,11 @@ INTERPRETER = {"TRITON_INTERPRET": "1"}
 FLOAT32 = ["--dtype", "float32", "--constrained-json-disable-any-whitespace"]
 GROUPS = ["--kv-layer-groups", "0-0,1-1", "--kv-window", "4"]
 PYRAMID = ["--kv-policy", "pyramidkv", "--kv-budget", "0.33", "--chunked-prefill-size", "256", *GROUPS]
-SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-          "required": ["city", "days"]}
+SCHEMA = {
+    "type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+    "required": ["city", "days"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -50,11 +53,15 @@ def servers(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> I
     given = ("--attention-backend", "--dtype")
     stock_cpu = [arg for flag, flags in cpu_defaults() if flag not in given for arg in flags]
     plans = {
-        "stock-triton": {"args": [*model, *stock_cpu, "--attention-backend", "triton"],
-                         "env": {"SGLANG_USE_CPU_ENGINE": "1", CONFIG_ENV: None, **INTERPRETER},
-                         "module": "sglang.launch_server"},
-        "full-triton": {"args": [*model, "--attention-backend", "triton", "--kv-policy", "full", *GROUPS],
-                        "env": INTERPRETER},
+        "stock-triton": {
+            "args": [*model, *stock_cpu, "--attention-backend", "triton"],
+            "env": {"SGLANG_USE_CPU_ENGINE": "1", CONFIG_ENV: None, **INTERPRETER},
+            "module": "sglang.launch_server",
+        },
+        "full-triton": {
+            "args": [*model, "--attention-backend", "triton", "--kv-policy", "full", *GROUPS],
+            "env": INTERPRETER,
+        },
         "pyramid-triton": {"args": [*model, "--attention-backend", "triton", *PYRAMID], "env": INTERPRETER},
         "pyramid-torch": {"args": [*model, *PYRAMID]},
     }
@@ -86,8 +93,10 @@ def answers(server: ServerProcess) -> list[tuple[list[int], dict]]:
 
 
 def test_budget_one_on_triton_gives_stock_sglang_triton_outputs(servers):
-    stock = [generate(servers["stock-triton"], text, timeout=300, **params)["output_ids"]
-             for text, params in requests_to_compare()]
+    stock = [
+        generate(servers["stock-triton"], text, timeout=300, **params)["output_ids"]
+        for text, params in requests_to_compare()
+    ]
     ours = answers(servers["full-triton"])
     assert [ids for ids, _ in ours] == stock
     assert all(len(ids) > 0 for ids in stock)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 from sglang_pask.structure.toy_tokenizer import build_toy_tokenizer
 
-
 ARCHITECTURES = ("qwen3", "qwen2", "llama")
 
 

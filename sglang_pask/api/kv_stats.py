@@ -28,10 +28,21 @@ KV_STATS_KEY = "kv_stats"
 STATS_ATTRIBUTE = "pask_kv_stats"
 
 
-def request_stats(full_tokens: int, held: Sequence[Any], budget: float, group_budgets: list[float], policy: str, *,
-                  kept_positions: bool, kv_dropped: Optional[str] = None, lowbit: Optional[Sequence[Any]] = None,
-                  lowbit_slots: Optional[list[int]] = None, block_places: Optional[list[Any]] = None,
-                  structkv: Optional[dict] = None, distortion: Optional[list[float]] = None) -> dict[str, Any]:
+def request_stats(
+    full_tokens: int,
+    held: Sequence[Any],
+    budget: float,
+    group_budgets: list[float],
+    policy: str,
+    *,
+    kept_positions: bool,
+    kv_dropped: Optional[str] = None,
+    lowbit: Optional[Sequence[Any]] = None,
+    lowbit_slots: Optional[list[int]] = None,
+    block_places: Optional[list[Any]] = None,
+    structkv: Optional[dict] = None,
+    distortion: Optional[list[float]] = None,
+) -> dict[str, Any]:
     """The ``kv_stats`` object of a request that leaves the pool.
 
     Parameters

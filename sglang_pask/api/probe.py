@@ -33,7 +33,7 @@ def probe_error(value: Any) -> Optional[str]:
     if "drop_group" in value:
         group = value["drop_group"]
         if group != ALL_GROUPS_LABEL and (not isinstance(group, int) or isinstance(group, bool) or group < 0):
-            return f"{PROBE_PARAM}: drop_group must be a layer group index or \"all\", got {group!r}"
+            return f'{PROBE_PARAM}: drop_group must be a layer group index or "all", got {group!r}'
         try:
             Role.from_label(str(value["drop_role"]))
         except ValueError:

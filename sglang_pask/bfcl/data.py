@@ -111,9 +111,7 @@ def check_categories(categories: Iterable[str]) -> tuple[str, ...]:
     names = tuple(dict.fromkeys(categories))
     unknown = [name for name in names if name not in AST_CATEGORIES]
     if unknown:
-        raise ValueError(
-            f"unknown BFCL category {', '.join(unknown)}; choose from {', '.join(AST_CATEGORIES)}"
-        )
+        raise ValueError(f"unknown BFCL category {', '.join(unknown)}; choose from {', '.join(AST_CATEGORIES)}")
     if not names:
         raise ValueError("no BFCL category given")
     return names

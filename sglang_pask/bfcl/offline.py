@@ -92,22 +92,19 @@ def _install_permanent_standins() -> None:
 
 def _import_real() -> BfclApi:
     if importlib.util.find_spec("bfcl_eval") is None:
-        raise ImportError(
-            "bfcl_eval is not installed: run `pip install --no-deps -r requirements/bfcl-nodeps.txt`"
-        )
+        raise ImportError("bfcl_eval is not installed: run `pip install --no-deps -r requirements/bfcl-nodeps.txt`")
     os.environ.setdefault("BFCL_PROJECT_ROOT", tempfile.mkdtemp(prefix="sglang_pask_bfcl_"))
     _install_permanent_standins()
     temporary = [
-        name for name in _OPTIONAL_TOP_LEVEL
-        if name not in sys.modules and importlib.util.find_spec(name) is None
+        name for name in _OPTIONAL_TOP_LEVEL if name not in sys.modules and importlib.util.find_spec(name) is None
     ]
     for name in temporary:
         sys.modules[name] = _standin(name)
     try:
+        from bfcl_eval import utils as bfcl_utils
         from bfcl_eval.constants.enums import Language, ReturnFormat
         from bfcl_eval.eval_checker.ast_eval.ast_checker import ast_checker
         from bfcl_eval.model_handler import utils as handler_utils
-        from bfcl_eval import utils as bfcl_utils
     finally:
         for name in temporary:
             sys.modules.pop(name, None)

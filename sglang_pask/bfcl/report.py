@@ -228,8 +228,10 @@ def _verdicts_by_category(configs: Sequence[ConfigResult]) -> dict[str, np.ndarr
     ids = sorted(r.id for r in configs[0].items)
     for config in configs[1:]:
         if sorted(r.id for r in config.items) != ids:
-            raise ValueError(f"{config.label} and {configs[0].label} did not answer the same items, "
-                             "so their answers cannot be paired")
+            raise ValueError(
+                f"{config.label} and {configs[0].label} did not answer the same items, "
+                "so their answers cannot be paired"
+            )
     verdicts = [{r.id: r.valid for r in config.items} for config in configs]
     category = {r.id: r.category for r in configs[0].items}
     out = {}

@@ -70,8 +70,11 @@ class _TypeRules:
         kind = schema.get("type")
         enum = schema.get("enum")
         wanted = _ENUM_TYPES.get(kind) if isinstance(kind, str) else None
-        if isinstance(enum, list) and enum and wanted is not None and all(
-            isinstance(v, wanted) and (kind == "boolean" or not isinstance(v, bool)) for v in enum
+        if (
+            isinstance(enum, list)
+            and enum
+            and wanted is not None
+            and all(isinstance(v, wanted) and (kind == "boolean" or not isinstance(v, bool)) for v in enum)
         ):
             forms = dict.fromkeys(form for value in enum for form in _python_literal(value))
             return " | ".join(ebnf_literal(form) for form in forms)
@@ -137,4 +140,3 @@ def strict_call_list_ebnf(functions: Sequence[dict[str, Any]]) -> str:
     for i, function in enumerate(functions):
         lines.extend(_function_rules(i, function, types))
     return "\n".join([*lines, *types.lines, EBNF_VALUE_RULES])
-

@@ -71,14 +71,27 @@ class KVViewTable:
 
     DECODE_SLACK = 4
 
-    def __init__(self, policy: KVPolicy, group_budgets: list[float], window: int, drop: DropFn,
-                 slack: int = DECODE_SLACK, device: torch.device | str = "cpu", roles_of: Optional[RolesFn] = None,
-                 probe_of: Optional[ProbeFn] = None, score_window: Optional[int] = None,
-                 compress_decode: bool = True, holds: Optional[HoldsFn] = None,
-                 dropped_block: Optional[tuple[int, int]] = None, decode_block: Optional[int] = None):
+    def __init__(
+        self,
+        policy: KVPolicy,
+        group_budgets: list[float],
+        window: int,
+        drop: DropFn,
+        slack: int = DECODE_SLACK,
+        device: torch.device | str = "cpu",
+        roles_of: Optional[RolesFn] = None,
+        probe_of: Optional[ProbeFn] = None,
+        score_window: Optional[int] = None,
+        compress_decode: bool = True,
+        holds: Optional[HoldsFn] = None,
+        dropped_block: Optional[tuple[int, int]] = None,
+        decode_block: Optional[int] = None,
+    ):
         if decode_block is not None and (compress_decode or decode_block < 1):
-            raise ValueError(f"decode blocks of {decode_block} tokens need a decode that does not compress, "
-                             "and at least one token per block")
+            raise ValueError(
+                f"decode blocks of {decode_block} tokens need a decode that does not compress, "
+                "and at least one token per block"
+            )
         self.device = torch.device(device)
         self.roles_of = roles_of
         self.probe_of = probe_of
@@ -229,12 +242,15 @@ class KVViewTable:
         request = self.views[row]
         view = request.groups[group]
         # Generated tokens held in full, counted without building the row's positions (every step).
-        in_full = seq_len - request.shared_upto if view.kept is None else \
-            seq_len - view.upto + int((view.kept >= request.shared_upto).sum())
+        in_full = (
+            seq_len - request.shared_upto
+            if view.kept is None
+            else seq_len - view.upto + int((view.kept >= request.shared_upto).sum())
+        )
         if in_full - self.window < self.decode_block:
             return
         held = view.positions(seq_len, self.device)
-        stored = held[held >= request.shared_upto][:self.decode_block]
+        stored = held[held >= request.shared_upto][: self.decode_block]
         self.drop(row, group, stored)
         view.kept, view.upto = held[~torch.isin(held, stored)], seq_len
 

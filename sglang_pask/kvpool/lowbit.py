@@ -136,8 +136,10 @@ class GroupBlockTable:
     def take(self, count: int) -> torch.Tensor:
         """``(count,)`` int64 free block ids (the caller holds the slots for them, so they exist)."""
         if count > self.free.numel():
-            raise RuntimeError(f"low-bit block table: {count} blocks asked, {self.free.numel()} free "
-                               "(more blocks than the group's slots can hold)")
+            raise RuntimeError(
+                f"low-bit block table: {count} blocks asked, {self.free.numel()} free "
+                "(more blocks than the group's slots can hold)"
+            )
         taken, self.free = self.free[:count], self.free[count:]
         return taken
 
@@ -176,8 +178,9 @@ class LowBitStore:
 
     def __init__(self, block_format: BlockFormat, pool: Any, allocator: Any):
         if pool.head_dim != pool.v_head_dim:
-            raise RuntimeError(f"low-bit blocks need equal K and V head dims, got {pool.head_dim} and "
-                               f"{pool.v_head_dim}")
+            raise RuntimeError(
+                f"low-bit blocks need equal K and V head dims, got {pool.head_dim} and {pool.v_head_dim}"
+            )
         try:
             check_head_dim(pool.head_dim)
             self.rows_per_block = block_format.rows_per_block(pool.store_dtype.itemsize)
@@ -190,17 +193,22 @@ class LowBitStore:
         self.key_bytes = packed_part_bytes(self.heads, self.head_dim, block_format.key_bits)
         self.value_bytes = packed_part_bytes(self.heads, self.head_dim, block_format.value_bits)
         layout = pool.layout
-        self.token_block = torch.zeros((layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32,
-                                       device=pool.device)
-        self.tables = [GroupBlockTable(slots // self.rows_per_block, self.rows_per_block, pool.device)
-                       for slots in layout.group_slots]
+        self.token_block = torch.zeros(
+            (layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32, device=pool.device
+        )
+        self.tables = [
+            GroupBlockTable(slots // self.rows_per_block, self.rows_per_block, pool.device)
+            for slots in layout.group_slots
+        ]
         self.unstored_tokens = 0
         self.placed_passes = 0
 
     def _buffers(self, group: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         pool = self.pool
-        return [(pool.k_buffer[layer - pool.start_layer], pool.v_buffer[layer - pool.start_layer])
-                for layer in pool.layout.ranges[group]]
+        return [
+            (pool.k_buffer[layer - pool.start_layer], pool.v_buffer[layer - pool.start_layer])
+            for layer in pool.layout.ranges[group]
+        ]
 
     def drop(self, group: int, virtual: torch.Tensor) -> None:
         """``group`` drops the tokens of ``virtual`` (``(n,)`` int ids in ascending position order):
@@ -234,8 +242,15 @@ class LowBitStore:
         for k_buffer, v_buffer in self._buffers(group):
             keys = torch.stack([pad_block(k_buffer[chunk]) for chunk in chunks])
             values = torch.stack([pad_block(v_buffer[chunk]) for chunk in chunks])
-            packed.append(torch.cat((quantize_key_blocks(keys, self.format.key_bits),
-                                     quantize_value_blocks(values, self.format.value_bits)), dim=1))
+            packed.append(
+                torch.cat(
+                    (
+                        quantize_key_blocks(keys, self.format.key_bits),
+                        quantize_value_blocks(values, self.format.value_bits),
+                    ),
+                    dim=1,
+                )
+            )
         return packed
 
     def place(self, group: int, virtual: torch.Tensor, packed: list[torch.Tensor]) -> None:
@@ -311,12 +326,19 @@ class LowBitStore:
         values ``(t, heads, head_dim)`` float32, in ``located.positions`` order."""
         layer = layer_id - self.pool.start_layer
         blocks = located.slots.numel() // self.rows_per_block
-        block_bytes = torch.cat((self.pool.k_buffer[layer][located.slots].view(torch.uint8).reshape(blocks, -1),
-                                 self.pool.v_buffer[layer][located.slots].view(torch.uint8).reshape(blocks, -1)), dim=1)
-        keys = dequantize_key_blocks(block_bytes[:, :self.key_bytes], self.heads, self.head_dim,
-                                     self.format.key_bits).flatten(0, 1)[located.index]
-        values = dequantize_value_blocks(block_bytes[:, self.key_bytes:], self.heads, self.head_dim,
-                                         self.format.value_bits).flatten(0, 1)[located.index]
+        block_bytes = torch.cat(
+            (
+                self.pool.k_buffer[layer][located.slots].view(torch.uint8).reshape(blocks, -1),
+                self.pool.v_buffer[layer][located.slots].view(torch.uint8).reshape(blocks, -1),
+            ),
+            dim=1,
+        )
+        keys = dequantize_key_blocks(
+            block_bytes[:, : self.key_bytes], self.heads, self.head_dim, self.format.key_bits
+        ).flatten(0, 1)[located.index]
+        values = dequantize_value_blocks(
+            block_bytes[:, self.key_bytes :], self.heads, self.head_dim, self.format.value_bits
+        ).flatten(0, 1)[located.index]
         return keys, values
 
     def row_summary(self, virtual: torch.Tensor) -> tuple[list[torch.Tensor], list[int]]:
@@ -326,8 +348,9 @@ class LowBitStore:
         positions, slots = [], []
         for group in range(len(self.tables)):
             located = self.locate(group, virtual)
-            positions.append(located.positions if located is not None else
-                             torch.zeros(0, dtype=torch.int64, device=virtual.device))
+            positions.append(
+                located.positions if located is not None else torch.zeros(0, dtype=torch.int64, device=virtual.device)
+            )
             slots.append(0 if located is None else int(located.slots.numel()))
         return positions, slots
 
@@ -343,14 +366,16 @@ class LowBitStore:
                 continue
             blocks, row_tokens = torch.unique((entries - 1) // BLOCK_TOKENS, return_counts=True)
             live, filled = table.live[blocks], table.filled[blocks]
-            places.append(BlockPlaces(
-                blocks=int(blocks.numel()),
-                passes=int(torch.unique(table.made_by[blocks]).numel()),
-                row_tokens=int(row_tokens.sum()),
-                other_rows=int((live - row_tokens).sum()),
-                freed=int((filled - live).sum()),
-                never_filled=int((BLOCK_TOKENS - filled).sum()),
-            ))
+            places.append(
+                BlockPlaces(
+                    blocks=int(blocks.numel()),
+                    passes=int(torch.unique(table.made_by[blocks]).numel()),
+                    row_tokens=int(row_tokens.sum()),
+                    other_rows=int((live - row_tokens).sum()),
+                    freed=int((filled - live).sum()),
+                    never_filled=int((BLOCK_TOKENS - filled).sum()),
+                )
+            )
         return places
 
     def held_slots(self, group: int) -> torch.Tensor:

@@ -56,8 +56,9 @@ class CalibrationProbe:
 ProbeFn = Callable[[int], Optional[CalibrationProbe]]
 
 
-def finish_group(table: "KVViewTable", row: int, group: int, seq_len: int, is_extend: bool,
-                 probe: CalibrationProbe) -> None:
+def finish_group(
+    table: "KVViewTable", row: int, group: int, seq_len: int, is_extend: bool, probe: CalibrationProbe
+) -> None:
     """A drop probe's group finished a step: drop the probe's role there, as the server would
     compress (under ``--kv-decode keep``, decode drops no generated token)."""
     if probe.drop_group in (group, ALL_GROUPS) and (is_extend or table.compress_decode):
@@ -78,8 +79,16 @@ def drop_role(table: "KVViewTable", row: int, group: int, seq_len: int, role: Op
     view.upto = seq_len
 
 
-def record_distortion(table: "KVViewTable", row: int, group: int, query: Tensor, keys: Tensor, values: Tensor,
-                      scaling: float, probe: CalibrationProbe) -> None:
+def record_distortion(
+    table: "KVViewTable",
+    row: int,
+    group: int,
+    query: Tensor,
+    keys: Tensor,
+    values: Tensor,
+    scaling: float,
+    probe: CalibrationProbe,
+) -> None:
     """Record one layer's attention-output distortion for the row's distortion probe.
 
     Parameters
@@ -93,9 +102,10 @@ def record_distortion(table: "KVViewTable", row: int, group: int, query: Tensor,
         The layer's attention scale.
     """
     new = query.shape[1]
-    window_q = query[:, max(0, new - table.score_window):, :].movedim(0, 1)
-    relative_error = attention_distortion(window_q, keys.movedim(0, 1), values.movedim(0, 1), scaling,
-                                          probe.distortion_budget, table.window)
+    window_q = query[:, max(0, new - table.score_window) :, :].movedim(0, 1)
+    relative_error = attention_distortion(
+        window_q, keys.movedim(0, 1), values.movedim(0, 1), scaling, probe.distortion_budget, table.window
+    )
     totals = table.views[row].distortion[group]
     totals[0] += relative_error
     totals[1] += 1

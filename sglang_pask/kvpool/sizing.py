@@ -66,8 +66,9 @@ def fixed_group_slots(physical_slots: int, prefill_chunk: Optional[int], per_req
     return min(physical_slots, prefill_chunk + FIXED_PART_REQUESTS * per_request_minimum)
 
 
-def group_slot_counts(physical_slots: int, budgets: Sequence[float], layers_per_group: Sequence[int],
-                      fixed_slots: int) -> list[int]:
+def group_slot_counts(
+    physical_slots: int, budgets: Sequence[float], layers_per_group: Sequence[int], fixed_slots: int
+) -> list[int]:
     """``(num_groups,)`` physical slots per group: ``floor(F + (P - F) * b_g / b_mean)``.
 
     Parameters
@@ -164,12 +165,21 @@ class LayerGroupLayout:
         return [layers[-1] for layers in self.ranges]
 
 
-def plan_layout(physical_slots: int, ranges: list[range], budgets: list[float], prefill_chunk: Optional[int],
-                per_request_minimum: int) -> LayerGroupLayout:
+def plan_layout(
+    physical_slots: int,
+    ranges: list[range],
+    budgets: list[float],
+    prefill_chunk: Optional[int],
+    per_request_minimum: int,
+) -> LayerGroupLayout:
     """The layout for SGLang's ``physical_slots``-slot pool: each group's slots by its budget for the
     same bytes (:func:`fixed_group_slots`, :func:`group_slot_counts`), and the virtual ids they back
     (:func:`virtual_slot_count`)."""
     fixed = fixed_group_slots(physical_slots, prefill_chunk, per_request_minimum)
     slots = group_slot_counts(physical_slots, budgets, [len(r) for r in ranges], fixed)
-    return LayerGroupLayout(ranges=tuple(ranges), physical_slots=physical_slots, group_slots=tuple(slots),
-                            virtual_slots=virtual_slot_count(slots, budgets))
+    return LayerGroupLayout(
+        ranges=tuple(ranges),
+        physical_slots=physical_slots,
+        group_slots=tuple(slots),
+        virtual_slots=virtual_slot_count(slots, budgets),
+    )

@@ -108,8 +108,9 @@ def capacity(budget: float, num_tokens: int, window: int, reserved: int = 0) -> 
     return min(num_tokens, max(_kept(budget, num_tokens), window + reserved))
 
 
-def extend_capacity(budget: float, row_tokens: int, held_before: int, num_tokens: int, window: int,
-                    reserved: int = 0) -> int:
+def extend_capacity(
+    budget: float, row_tokens: int, held_before: int, num_tokens: int, window: int, reserved: int = 0
+) -> int:
     """How many of an extend pass's candidate tokens one layer group keeps, the budget applying to
     the whole row.
 

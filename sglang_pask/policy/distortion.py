@@ -15,8 +15,9 @@ from .base import keep_highest
 from .budget import capacity
 
 
-def attend(q: Tensor, keys: Tensor, values: Tensor, query_positions: Tensor, key_positions: Tensor,
-           scale: float) -> Tensor:
+def attend(
+    q: Tensor, keys: Tensor, values: Tensor, query_positions: Tensor, key_positions: Tensor, scale: float
+) -> Tensor:
     """Causal attention of some queries over some keys, in float32.
 
     Parameters
@@ -70,7 +71,7 @@ def attention_distortion(q: Tensor, keys: Tensor, values: Tensor, scale: float, 
     """
     length = keys.shape[0]
     positions = torch.arange(length, device=keys.device)
-    query_positions = positions[length - q.shape[0]:]
+    query_positions = positions[length - q.shape[0] :]
     scores = sequence_window_scores(q.float(), keys.float(), scale).sum(dim=0)
     kept = keep_highest(scores, positions >= length - window, capacity(budget, length, window)).keep
     full = attend(q, keys, values, query_positions, positions, scale)

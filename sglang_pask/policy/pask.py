@@ -70,8 +70,10 @@ class PaskTable:
     def __post_init__(self) -> None:
         groups = len(self.layers_per_group)
         if groups < 1 or any(n < 1 for n in self.layers_per_group):
-            raise ValueError(f"layers_per_group must list at least one group of at least one layer, "
-                             f"got {list(self.layers_per_group)}")
+            raise ValueError(
+                f"layers_per_group must list at least one group of at least one layer, "
+                f"got {list(self.layers_per_group)}"
+            )
         if len(self.floors) != groups or any(len(row) != NUM_ROLES for row in self.floors):
             raise ValueError(f"floors must be {groups} rows of {NUM_ROLES} roles")
         if any(not 0.0 <= f <= 1.0 for row in self.floors for f in row):
@@ -178,8 +180,9 @@ class PaskPolicy(KVPolicy):
         check_floors_fit(self.table, budgets)
         return budgets
 
-    def choose(self, positions: Tensor, roles: Tensor, scores: Tensor | None, capacity: int, window: int,
-               seq_len: int) -> KeepDecision:
+    def choose(
+        self, positions: Tensor, roles: Tensor, scores: Tensor | None, capacity: int, window: int, seq_len: int
+    ) -> KeepDecision:
         """Window and sinks, then floors (best-scored first within each role), then the residual by
         score (scores max-pooled over neighbouring positions)."""
         assert scores is not None  # checked by select (needs_scores)

@@ -44,8 +44,9 @@ class PolicyFileError(ValueError):
     """A PASK policy file is malformed or does not fit the served model."""
 
 
-def table_to_json(table: PaskTable, model_name: str, layer_ranges: Sequence[range],
-                  calibration: dict[str, Any]) -> dict[str, Any]:
+def table_to_json(
+    table: PaskTable, model_name: str, layer_ranges: Sequence[range], calibration: dict[str, Any]
+) -> dict[str, Any]:
     """The file form of ``table`` (see the module docstring)."""
     labels = [role.label for role in Role]
     return {
@@ -68,8 +69,13 @@ def save_policy_file(path: str | Path, data: dict[str, Any]) -> None:
     Path(path).write_text(json.dumps(data, indent=2) + "\n")
 
 
-def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[range],
-                     model_name: Optional[str] = None, kv_decode: Optional[str] = None) -> PaskTable:
+def load_policy_file(
+    path: str | Path,
+    num_layers: int,
+    layer_ranges: Sequence[range],
+    model_name: Optional[str] = None,
+    kv_decode: Optional[str] = None,
+) -> PaskTable:
     """Read, check and convert a policy file for the served model.
 
     Parameters
@@ -101,7 +107,7 @@ def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[r
     except json.JSONDecodeError as err:
         raise PolicyFileError(f"{where}: not valid JSON ({err})") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise PolicyFileError(f"{where}: not a policy file (\"format\" must be {FORMAT!r})")
+        raise PolicyFileError(f'{where}: not a policy file ("format" must be {FORMAT!r})')
     if data.get("version") != VERSION:
         raise PolicyFileError(f"{where}: version {data.get('version')!r} is not supported (expected {VERSION})")
     try:
@@ -115,7 +121,9 @@ def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[r
     except (KeyError, TypeError, ValueError) as err:
         raise PolicyFileError(f"{where}: malformed ({type(err).__name__}: {err})") from None
     if model_name is not None and model.get("name") != model_name:
-        raise PolicyFileError(f"{where}: calibrated for model {model.get('name')!r}, but the server runs {model_name!r}")
+        raise PolicyFileError(
+            f"{where}: calibrated for model {model.get('name')!r}, but the server runs {model_name!r}"
+        )
     if file_layers != num_layers:
         raise PolicyFileError(f"{where}: calibrated for a {file_layers}-layer model, the served model has {num_layers}")
     if [(r[0], r[-1]) for r in groups] != [(r[0], r[-1]) for r in layer_ranges]:
@@ -132,11 +140,12 @@ def load_policy_file(path: str | Path, num_layers: int, layer_ranges: Sequence[r
             f"(refit it: python -m sglang_pask.calibrate --refit {path} --kv-decode {wanted} --out NEW.json)"
         )
     if any(len(row) != len(columns) for row in data["floors"]):
-        raise PolicyFileError(f"{where}: every row of \"floors\" needs one value per entry of \"roles\"")
+        raise PolicyFileError(f'{where}: every row of "floors" needs one value per entry of "roles"')
     try:
         return PaskTable(
-            floors=tuple(tuple(row.get(role, row.get(REFINES.get(role), 0.0)) for role in Role)
-                         for row in floors_by_label),
+            floors=tuple(
+                tuple(row.get(role, row.get(REFINES.get(role), 0.0)) for role in Role) for row in floors_by_label
+            ),
             residual_shares=shares,
             layers_per_group=tuple(len(r) for r in groups),
             role_frequencies=tuple(frequencies.get(role, 0.0) for role in Role),

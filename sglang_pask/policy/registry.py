@@ -84,8 +84,11 @@ def settable_options(name: str) -> dict[str, Any]:
     """
     if name not in _POLICIES:
         raise ValueError(f"unknown KV policy {name!r}; known: {', '.join(available_policies())}")
-    return {f.name: f.default for f in fields(_POLICIES[name])  # type: ignore[arg-type]
-            if f.init and f.default is not MISSING and type(f.default) in _SETTABLE_TYPES}
+    return {
+        f.name: f.default
+        for f in fields(_POLICIES[name])  # type: ignore[arg-type]
+        if f.init and f.default is not MISSING and type(f.default) in _SETTABLE_TYPES
+    }
 
 
 def policy_options(name: str, pairs: tuple[tuple[str, str], ...]) -> dict[str, Any]:

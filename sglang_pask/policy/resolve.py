@@ -22,8 +22,15 @@ def shipped_policy_file(model_name: str, kv_decode: str = "compress") -> Optiona
     return path if path.is_file() else None
 
 
-def build_policy(name: str, pask_policy: Optional[str], num_layers: int, layer_ranges: Sequence[range],
-                 model_name: str, kv_decode: str = "compress", args: tuple[tuple[str, str], ...] = ()) -> KVPolicy:
+def build_policy(
+    name: str,
+    pask_policy: Optional[str],
+    num_layers: int,
+    layer_ranges: Sequence[range],
+    model_name: str,
+    kv_decode: str = "compress",
+    args: tuple[tuple[str, str], ...] = (),
+) -> KVPolicy:
     """The policy for ``--kv-policy name`` (and ``--pask-policy``) on the served model, whose
     ``--kv-decode`` is ``kv_decode``, with the ``--kv-policy-args`` pairs ``args`` (typed by
     :func:`~.registry.policy_options`).

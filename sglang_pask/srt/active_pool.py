@@ -63,17 +63,19 @@ class ActivePool:
         groups = []
         for g, layers in enumerate(layout.ranges):
             used = self.allocator.group_used_slots(g)
-            groups.append({
-                "layers": f"{layers[0]}-{layers[-1]}",
-                "budget": self.budgets[g],
-                "slots_in_use": used,
-                "lowbit_slots_in_use": 0 if self.lowbit is None else int(self.lowbit.held_slots(g).numel()),
-                "peak_slots_in_use": self.allocator.peak_group_used[g],
-                "slots": layout.group_slots[g],
-                "bytes_per_slot": self.pool.bytes_per_slot(g),
-                "bytes_in_use": used * self.pool.bytes_per_slot(g),
-                "bytes": self.pool.group_buffer_bytes(g),
-            })
+            groups.append(
+                {
+                    "layers": f"{layers[0]}-{layers[-1]}",
+                    "budget": self.budgets[g],
+                    "slots_in_use": used,
+                    "lowbit_slots_in_use": 0 if self.lowbit is None else int(self.lowbit.held_slots(g).numel()),
+                    "peak_slots_in_use": self.allocator.peak_group_used[g],
+                    "slots": layout.group_slots[g],
+                    "bytes_per_slot": self.pool.bytes_per_slot(g),
+                    "bytes_in_use": used * self.pool.bytes_per_slot(g),
+                    "bytes": self.pool.group_buffer_bytes(g),
+                }
+            )
         tokens = layout.virtual_slots - self.allocator.virtual_available_size()
         full_bytes_per_token = sum(self.pool.bytes_per_slot(g) for g in range(layout.num_groups))
         assert self.views is not None

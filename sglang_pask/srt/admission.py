@@ -59,8 +59,10 @@ class LayerGroupPrefillBudget(PrefillBudget):
         if self._capacity is None:
             tree = self.tree_cache
             if tree is None or not tree.supports_prefix_sharing():
-                self._capacity = (self.allocator.virtual_available_size(),
-                                  [a.available_size() for a in self.allocator.group_allocators])
+                self._capacity = (
+                    self.allocator.virtual_available_size(),
+                    [a.available_size() for a in self.allocator.group_allocators],
+                )
             else:
                 self._capacity = self.allocator.allocatable_after_eviction(evictable_ids(tree))
         return self._capacity
@@ -81,22 +83,33 @@ class LayerGroupPrefillBudget(PrefillBudget):
         for group in range(len(self.group_offsets)):
             self.group_offsets[group] += self.allocator.decode_growth(group, new_tokens)
 
-    def check_prefill(self, *, extend_input_len: int, total_tokens: int, max_new_tokens: int,
-                      chunk_limit: Optional[int], **kwargs: Any) -> tuple[bool, Optional[int]]:
+    def check_prefill(
+        self,
+        *,
+        extend_input_len: int,
+        total_tokens: int,
+        max_new_tokens: int,
+        chunk_limit: Optional[int],
+        **kwargs: Any,
+    ) -> tuple[bool, Optional[int]]:
         """Whether the request fits in every group: ``total_tokens`` (SGLang's prompt + decode +
         extras) in ids; in each group the prompt's peak there plus the decode as the group keeps it.
         What fits is remembered for :meth:`reserve`, which SGLang calls next for this request."""
         prompt = total_tokens - max_new_tokens
         ids, groups = self._capacities()
-        needs = [self.allocator.prompt_peak(g, prompt) + self.allocator.decode_growth(g, max_new_tokens)
-                 for g in range(len(groups))]
+        needs = [
+            self.allocator.prompt_peak(g, prompt) + self.allocator.decode_growth(g, max_new_tokens)
+            for g in range(len(groups))
+        ]
         fits = prompt + max_new_tokens < ids - self.id_offset and all(
-            need < slots - offset for need, slots, offset in zip(needs, groups, self.group_offsets))
+            need < slots - offset for need, slots, offset in zip(needs, groups, self.group_offsets)
+        )
         self._checked = needs if fits else None
         return (True, chunk_limit) if fits else (False, None)
 
-    def reserve(self, extend_input_len: int, max_new_tokens: int, *, is_chunked_continuation: bool = False,
-                **kwargs: Any) -> None:
+    def reserve(
+        self, extend_input_len: int, max_new_tokens: int, *, is_chunked_continuation: bool = False, **kwargs: Any
+    ) -> None:
         """Charge what SGLang admitted: its first pass (``extend_input_len``, a chunk when the prompt
         is longer) now, and for a new request at least what :meth:`check_prefill` found it needs in
         each group, so that later admissions this round leave its remaining chunks their room."""

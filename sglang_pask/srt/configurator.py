@@ -38,11 +38,16 @@ from sglang_pask.srt.roles import RequestRoles
 def pool_builder(config: PaskConfig):
     """AROUND hook of ``KVCacheConfigurator._build_mha_kv_pool``: build our pool class."""
 
-    def build(original: Any, configurator: Any, *, max_total_num_tokens: int, mha_pool_class: type,
-              quant_method: Any = None) -> Any:
+    def build(
+        original: Any, configurator: Any, *, max_total_num_tokens: int, mha_pool_class: type, quant_method: Any = None
+    ) -> Any:
         if configurator.is_draft_worker:
-            return original(configurator, max_total_num_tokens=max_total_num_tokens,
-                            mha_pool_class=mha_pool_class, quant_method=quant_method)
+            return original(
+                configurator,
+                max_total_num_tokens=max_total_num_tokens,
+                mha_pool_class=mha_pool_class,
+                quant_method=quant_method,
+            )
         if mha_pool_class is not MHATokenToKVPool or quant_method is not None:
             raise RuntimeError(
                 f"sglang-pask layer groups need SGLang's plain MHA KV pool, but this server would use "
@@ -50,25 +55,43 @@ def pool_builder(config: PaskConfig):
             )
         layers = configurator.layer_info
         if layers.start_layer != 0:
-            raise RuntimeError("sglang-pask layer groups do not support pipeline parallelism (the pool starts "
-                               f"at layer {layers.start_layer})")
+            raise RuntimeError(
+                "sglang-pask layer groups do not support pipeline parallelism (the pool starts "
+                f"at layer {layers.start_layer})"
+            )
         num_layers = layers.num_effective_layers
         ranges = config.kv_layer_groups.resolve(num_layers)
-        policy = build_policy(config.kv_policy, config.pask_policy, num_layers, ranges,
-                              Path(configurator.model_config.model_path).name, config.kv_decode,
-                              config.kv_policy_args)
-        budgets = plan_group_budgets(policy, config.kv_budget, [len(r) for r in ranges], config.kv_window,
-                                     configurator.model_config.context_len)
+        policy = build_policy(
+            config.kv_policy,
+            config.pask_policy,
+            num_layers,
+            ranges,
+            Path(configurator.model_config.model_path).name,
+            config.kv_decode,
+            config.kv_policy_args,
+        )
+        budgets = plan_group_budgets(
+            policy, config.kv_budget, [len(r) for r in ranges], config.kv_window, configurator.model_config.context_len
+        )
         storage, block_rows = budgets, 0
         block_format = lowbit_format(config)
         if block_format is not None:
             itemsize = configurator.kv_cache_dtype.itemsize
             storage = [block_format.storage_budget(b, itemsize) for b in budgets]
             block_rows = block_format.rows_per_block(itemsize)
-        layout = plan_layout(max_total_num_tokens, ranges, storage, _prefill_chunk(),
-                             config.kv_window + policy.reserved_tokens + KVViewTable.DECODE_SLACK + block_rows)
-        pool = original(configurator, max_total_num_tokens=max_total_num_tokens,
-                        mha_pool_class=functools.partial(LayerGroupMHAKVPool, layout=layout), quant_method=None)
+        layout = plan_layout(
+            max_total_num_tokens,
+            ranges,
+            storage,
+            _prefill_chunk(),
+            config.kv_window + policy.reserved_tokens + KVViewTable.DECODE_SLACK + block_rows,
+        )
+        pool = original(
+            configurator,
+            max_total_num_tokens=max_total_num_tokens,
+            mha_pool_class=functools.partial(LayerGroupMHAKVPool, layout=layout),
+            quant_method=None,
+        )
         set_active(ActivePool(config=config, policy=policy, budgets=budgets, pool=pool))
         return pool
 
@@ -83,13 +106,27 @@ def _prefill_chunk() -> Optional[int]:
     return size if size is not None and size > 0 else None
 
 
-def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv_pool: Any, is_dsv4_model: bool,
-                    req_to_token_pool: Any, token_to_kv_pool_allocator: Any) -> Any:
+def build_allocator(
+    original: Any,
+    configurator: Any,
+    *,
+    sizes: Any,
+    token_to_kv_pool: Any,
+    is_dsv4_model: bool,
+    req_to_token_pool: Any,
+    token_to_kv_pool_allocator: Any,
+) -> Any:
     """AROUND hook of ``KVCacheConfigurator._build_token_to_kv_pool_allocator``."""
     state = active()
     if state is None or token_to_kv_pool is not state.pool:
-        return original(configurator, sizes=sizes, token_to_kv_pool=token_to_kv_pool, is_dsv4_model=is_dsv4_model,
-                        req_to_token_pool=req_to_token_pool, token_to_kv_pool_allocator=token_to_kv_pool_allocator)
+        return original(
+            configurator,
+            sizes=sizes,
+            token_to_kv_pool=token_to_kv_pool,
+            is_dsv4_model=is_dsv4_model,
+            req_to_token_pool=req_to_token_pool,
+            token_to_kv_pool_allocator=token_to_kv_pool_allocator,
+        )
     if state.pool.page_size != 1:
         raise RuntimeError(f"sglang-pask layer groups need --page-size 1, got {state.pool.page_size}")
     slack = KVViewTable.DECODE_SLACK
@@ -100,9 +137,14 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
     if block_format is not None:
         overhead += block_format.rows_per_block(state.pool.store_dtype.itemsize)
     allocator = LayerGroupAllocator(
-        state.pool, configurator.kv_cache_dtype, configurator.device, need_sort=False,
-        budgets=state.storage_budgets, growth_overhead=0 if min(state.budgets) >= 1.0 else overhead,
-        prefill_chunk=_prefill_chunk(), compress_decode=state.config.kv_decode == "compress",
+        state.pool,
+        configurator.kv_cache_dtype,
+        configurator.device,
+        need_sort=False,
+        budgets=state.storage_budgets,
+        growth_overhead=0 if min(state.budgets) >= 1.0 else overhead,
+        prefill_chunk=_prefill_chunk(),
+        compress_decode=state.config.kv_decode == "compress",
     )
     if block_format is not None:
         state.lowbit = allocator.lowbit = LowBitStore(block_format, state.pool, allocator)
@@ -124,12 +166,21 @@ def build_allocator(original: Any, configurator: Any, *, sizes: Any, token_to_kv
         dropped_block = (BLOCK_TOKENS, block_format.rows_per_block(state.pool.store_dtype.itemsize))
     state.allocator = allocator
     state.requests = RequestRoles()
-    state.views = KVViewTable(state.policy, state.budgets, state.config.kv_window, drop, slack=slack,
-                              score_window=state.config.kv_score_window,
-                              compress_decode=state.config.kv_decode == "compress",
-                              device=req_to_token.device, roles_of=state.requests.roles_of,
-                              probe_of=state.requests.probe_of, holds=holds, dropped_block=dropped_block,
-                              decode_block=BLOCK_TOKENS if state.config.kv_decode == "lowbit" else None)
+    state.views = KVViewTable(
+        state.policy,
+        state.budgets,
+        state.config.kv_window,
+        drop,
+        slack=slack,
+        score_window=state.config.kv_score_window,
+        compress_decode=state.config.kv_decode == "compress",
+        device=req_to_token.device,
+        roles_of=state.requests.roles_of,
+        probe_of=state.requests.probe_of,
+        holds=holds,
+        dropped_block=dropped_block,
+        decode_block=BLOCK_TOKENS if state.config.kv_decode == "lowbit" else None,
+    )
     state.pool.views = state.views
     return allocator
 

@@ -85,8 +85,7 @@ def contract_error_with_flags(original: Any, body: Any) -> Optional[str]:
     return original({**body, "sampling_params": stripped if isinstance(params, list) else stripped[0]})
 
 
-def reject_unservable_prompt(manager: Any, obj: Any, input_ids: Optional[list[int]], *args: Any,
-                             **kwargs: Any) -> None:
+def reject_unservable_prompt(manager: Any, obj: Any, input_ids: Optional[list[int]], *args: Any, **kwargs: Any) -> None:
     """BEFORE hook of ``TokenizerManager._validate_one_request``: refuse prompts the engine would die on.
 
     Raises

@@ -74,7 +74,7 @@ class RoleTrackedGrammar(XGrammarGrammar):
         """Role of every token the matcher accepted, in order (a live view: do not modify)."""
         track, tokens = self._role_track, self.accepted_tokens
         if len(track) < len(tokens):
-            track.extend(tokens[len(track):])
+            track.extend(tokens[len(track) :])
         return track.roles
 
     def rollback(self, k: int) -> None:

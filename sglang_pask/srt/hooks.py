@@ -50,12 +50,14 @@ def register(config: PaskConfig) -> None:
     # Prompts the engine would die on (tokenizer manager): HTTP 400 instead.
     HookRegistry.register(_VALIDATE_REQUEST, reject_unservable_prompt, HookType.BEFORE)
     HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_flags(sampling_params_with_flags), HookType.AFTER)
-    HookRegistry.register(_UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND)
+    HookRegistry.register(
+        _UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND
+    )
     # Layer-group KV pool (scheduler): pool, allocator, views, attention, leak check.
-    HookRegistry.register(_CONFIGURATOR + "._build_mha_kv_pool", configurator.pool_builder(config),
-                          HookType.AROUND)
-    HookRegistry.register(_CONFIGURATOR + "._build_token_to_kv_pool_allocator", configurator.build_allocator,
-                          HookType.AROUND)
+    HookRegistry.register(_CONFIGURATOR + "._build_mha_kv_pool", configurator.pool_builder(config), HookType.AROUND)
+    HookRegistry.register(
+        _CONFIGURATOR + "._build_token_to_kv_pool_allocator", configurator.build_allocator, HookType.AROUND
+    )
     HookRegistry.register(_CONFIGURATOR + ".configure", configurator.virtual_capacity, HookType.AFTER)
     HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free", rows.release_request, HookType.AROUND)
     HookRegistry.register(_REQ_TO_TOKEN_POOL + ".free_rows", rows.release_rows, HookType.AROUND)
@@ -69,10 +71,17 @@ def register(config: PaskConfig) -> None:
         from sglang_pask.srt.model_loop import MODEL_FORWARDS, structkv_forward
         from sglang_pask.structkv.forward_pass import StructKVSettings
 
-        settings = StructKVSettings.from_flags(config.structkv_mode, config.structkv_pivot,
-                                               config.structkv_prefill_ratio, config.structkv_kv_ratio,
-                                               config.kv_window, config.structkv_window, config.structkv_select,
-                                               config.structkv_kv_score, config.structkv_min_prompt)
+        settings = StructKVSettings.from_flags(
+            config.structkv_mode,
+            config.structkv_pivot,
+            config.structkv_prefill_ratio,
+            config.structkv_kv_ratio,
+            config.kv_window,
+            config.structkv_window,
+            config.structkv_select,
+            config.structkv_kv_score,
+            config.structkv_min_prompt,
+        )
         for target in MODEL_FORWARDS:
             HookRegistry.register(target, structkv_forward(settings), HookType.AROUND)
     # Prometheus (--enable-metrics): the pool's gauges beside SGLang's.

@@ -23,17 +23,36 @@ def create_gauges(result: Any, collector: Any, *args: Any, **kwargs: Any) -> Any
     from prometheus_client import Gauge
 
     labels = list(collector.labels.keys())
-    setattr(collector, _GAUGES, {
-        "slots": Gauge("sglang_pask:kv_pool_slots_in_use", "Slots in use in a layer group's KV pool.",
-                       labelnames=[*labels, "group"], multiprocess_mode="mostrecent"),
-        "bytes": Gauge("sglang_pask:kv_pool_bytes_in_use", "KV bytes in use in a layer group's pool.",
-                       labelnames=[*labels, "group"], multiprocess_mode="mostrecent"),
-        "full": Gauge("sglang_pask:kv_pool_full_equivalent_bytes",
-                      "Bytes full KV of the tokens held in the pool would take.", labelnames=labels,
-                      multiprocess_mode="mostrecent"),
-        "running": Gauge("sglang_pask:kv_pool_running_requests", "Requests holding KV in the pool.",
-                         labelnames=labels, multiprocess_mode="mostrecent"),
-    })
+    setattr(
+        collector,
+        _GAUGES,
+        {
+            "slots": Gauge(
+                "sglang_pask:kv_pool_slots_in_use",
+                "Slots in use in a layer group's KV pool.",
+                labelnames=[*labels, "group"],
+                multiprocess_mode="mostrecent",
+            ),
+            "bytes": Gauge(
+                "sglang_pask:kv_pool_bytes_in_use",
+                "KV bytes in use in a layer group's pool.",
+                labelnames=[*labels, "group"],
+                multiprocess_mode="mostrecent",
+            ),
+            "full": Gauge(
+                "sglang_pask:kv_pool_full_equivalent_bytes",
+                "Bytes full KV of the tokens held in the pool would take.",
+                labelnames=labels,
+                multiprocess_mode="mostrecent",
+            ),
+            "running": Gauge(
+                "sglang_pask:kv_pool_running_requests",
+                "Requests holding KV in the pool.",
+                labelnames=labels,
+                multiprocess_mode="mostrecent",
+            ),
+        },
+    )
     return result
 
 

@@ -46,8 +46,8 @@ from sglang_pask.kernels.skeleton_gather import (
     skeleton_scatter_triton,
 )
 from sglang_pask.srt.grammar import process_vocab
-from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass, StructKVSettings
 from sglang_pask.structkv import segment_end_table
+from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass, StructKVSettings
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +61,21 @@ MODEL_FORWARDS: tuple[str, ...] = (
 def structkv_forward(settings: StructKVSettings):
     """The AROUND hook of a model's ``forward`` for ``settings``."""
 
-    def forward(original: Any, model: Any, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any,
-                input_embeds: Optional[torch.Tensor] = None, pp_proxy_tensors: Any = None, **kwargs: Any) -> Any:
+    def forward(
+        original: Any,
+        model: Any,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        forward_batch: Any,
+        input_embeds: Optional[torch.Tensor] = None,
+        pp_proxy_tensors: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         prune = _begin(settings, model, input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors, kwargs)
         if prune is None:
-            return original(model, input_ids, positions, forward_batch, input_embeds,
-                            pp_proxy_tensors=pp_proxy_tensors, **kwargs)
+            return original(
+                model, input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors=pp_proxy_tensors, **kwargs
+            )
         setattr(forward_batch, PASS_ATTRIBUTE, prune)
         try:
             hidden = _run_layers(model, input_ids, forward_batch, prune)
@@ -82,16 +91,28 @@ def structkv_forward(settings: StructKVSettings):
     return forward
 
 
-def _begin(settings: StructKVSettings, model: Any, input_ids: torch.Tensor, positions: torch.Tensor, forward_batch: Any,
-           input_embeds: Optional[torch.Tensor], pp_proxy_tensors: Any, kwargs: dict) -> Optional[StructKVPass]:
+def _begin(
+    settings: StructKVSettings,
+    model: Any,
+    input_ids: torch.Tensor,
+    positions: torch.Tensor,
+    forward_batch: Any,
+    input_embeds: Optional[torch.Tensor],
+    pp_proxy_tensors: Any,
+    kwargs: dict,
+) -> Optional[StructKVPass]:
     """A pass for this batch, or None when StructKV does not apply to it (see the module docstring)."""
     if forward_batch.forward_mode != ForwardMode.EXTEND:
         return None
-    if input_embeds is not None or pp_proxy_tensors is not None or kwargs or forward_batch.return_logprob \
-            or forward_batch.spec_info is not None:
+    if (
+        input_embeds is not None
+        or pp_proxy_tensors is not None
+        or kwargs
+        or forward_batch.return_logprob
+        or forward_batch.spec_info is not None
+    ):
         return None
-    if getattr(model, "layers_to_capture", None) or not model.pp_group.is_first_rank \
-            or not model.pp_group.is_last_rank:
+    if getattr(model, "layers_to_capture", None) or not model.pp_group.is_first_rank or not model.pp_group.is_last_rank:
         return None
     capture = getattr(forward_batch, "capture_hidden_mode", None)
     if capture is not None and capture.need_capture():
@@ -115,8 +136,17 @@ def _begin(settings: StructKVSettings, model: Any, input_ids: torch.Tensor, posi
         if table is None:
             return None
         segment_ends = table[input_ids.clamp(0, table.numel() - 1)]
-    return StructKVPass(settings, num_layers, list(pool.layer_group), rows, prefix_lens, extend_lens, positions,
-                        forward_batch.out_cache_loc, segment_ends)
+    return StructKVPass(
+        settings,
+        num_layers,
+        list(pool.layer_group),
+        rows,
+        prefix_lens,
+        extend_lens,
+        positions,
+        forward_batch.out_cache_loc,
+        segment_ends,
+    )
 
 
 _segment_tables: dict[torch.device, torch.Tensor] = {}
@@ -134,8 +164,10 @@ def _segment_end_table(device: torch.device) -> Optional[torch.Tensor]:
     if vocab is None:
         if not _missing_vocab_logged:
             _missing_vocab_logged.append(True)
-            logger.error("sglang-pask: StructKV's segment skeleton needs the xgrammar grammar backend's vocabulary, "
-                         "which this scheduler has not built; prompts are not pruned")
+            logger.error(
+                "sglang-pask: StructKV's segment skeleton needs the xgrammar grammar backend's vocabulary, "
+                "which this scheduler has not built; prompts are not pruned"
+            )
         return None
     table = segment_end_table(vocab.token_bytes, vocab.special_ids).to(device)
     _segment_tables[device] = table
@@ -155,8 +187,7 @@ def _run_layers(model: Any, input_ids: torch.Tensor, forward_batch: Any, prune: 
             layer += 1
             continue
         keep_local = [
-            prune.requests[i].decision.skeleton if i in settled
-            else torch.arange(count, device=prune.rows.device)
+            prune.requests[i].decision.skeleton if i in settled else torch.arange(count, device=prune.rows.device)
             for i, count in enumerate(prune.counts)
         ]
         restart = prune.restarts

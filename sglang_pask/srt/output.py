@@ -99,13 +99,10 @@ def drop_absent_fields(keys: tuple[str, ...], objects: tuple[str, ...] = ()):
     one-element list ``[value]`` and reach ``meta_info`` as ``value``.
     """
 
-    def drop(original: Any, manager: Any, meta_info: dict, state: Any, customized_info: dict, index: int,
-             finish_reason: Any) -> None:
-        kept = {
-            key: values
-            for key, values in customized_info.items()
-            if not (key in keys and values[index] is None)
-        }
+    def drop(
+        original: Any, manager: Any, meta_info: dict, state: Any, customized_info: dict, index: int, finish_reason: Any
+    ) -> None:
+        kept = {key: values for key, values in customized_info.items() if not (key in keys and values[index] is None)}
         original(manager, meta_info, state, kept, index, finish_reason)
         for key in objects:
             if isinstance(meta_info.get(key), list) and meta_info[key]:

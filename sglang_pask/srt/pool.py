@@ -57,8 +57,9 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
         if not layout.equal_groups and self.page_size != 1:
             raise ValueError(f"layer groups of different sizes need page size 1, got {self.page_size}")
         self.layer_group = layout.group_of_layer()
-        self.group_loc = torch.zeros((layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32,
-                                     device=self.device)
+        self.group_loc = torch.zeros(
+            (layout.num_groups, layout.virtual_slots + 1), dtype=torch.int32, device=self.device
+        )
 
     def _create_buffers_normal(self) -> None:
         """SGLang's buffers, each group's layers with ``P_g`` slots.
@@ -72,7 +73,8 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
             return
         if self.kv_cache_layout != "nhd":
             raise NotImplementedError(
-                f"layer groups of different sizes support SGLang's NHD KV layout only, not {self.kv_cache_layout!r}")
+                f"layer groups of different sizes support SGLang's NHD KV layout only, not {self.kv_cache_layout!r}"
+            )
         size, layer_num = self.size, self.layer_num
         k_buffers: list[torch.Tensor] = []
         v_buffers: list[torch.Tensor] = []
@@ -94,22 +96,32 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
             return super()._build_kv_buffer_descs()
         itemsize = self.store_dtype.itemsize
         return [
-            KvBufferDesc(f"{prefix}{layer}", tuple(buffer.shape), row_bytes=math.prod(buffer.shape[1:]) * itemsize,
-                         tokens_per_row=1)
+            KvBufferDesc(
+                f"{prefix}{layer}",
+                tuple(buffer.shape),
+                row_bytes=math.prod(buffer.shape[1:]) * itemsize,
+                tokens_per_row=1,
+            )
             for prefix, buffers in (("k", self.k_buffer), ("v", self.v_buffer))
             for layer, buffer in enumerate(buffers)
         ]
 
-    def _store_kv_layer(self, layer_idx: int, loc: torch.Tensor, cache_k: torch.Tensor,
-                        cache_v: torch.Tensor) -> None:
+    def _store_kv_layer(self, layer_idx: int, loc: torch.Tensor, cache_k: torch.Tensor, cache_v: torch.Tensor) -> None:
         """SGLang's write into layer ``layer_idx``, bounded by that layer's own rows."""
         if self.layout.equal_groups:
             super()._store_kv_layer(layer_idx, loc, cache_k, cache_v)
             return
         _set_kv_buffer_impl(
-            cache_k, cache_v, self.k_buffer[layer_idx], self.v_buffer[layer_idx], loc,
-            row_dim=self.row_dim, store_dtype=self.store_dtype, device_module=self.device_module,
-            size_limit=int(self.k_buffer[layer_idx].shape[0]), alt_stream=self.alt_stream,
+            cache_k,
+            cache_v,
+            self.k_buffer[layer_idx],
+            self.v_buffer[layer_idx],
+            loc,
+            row_dim=self.row_dim,
+            store_dtype=self.store_dtype,
+            device_module=self.device_module,
+            size_limit=int(self.k_buffer[layer_idx].shape[0]),
+            alt_stream=self.alt_stream,
             v_row_dim=self.v_row_dim,
         )
 
@@ -117,8 +129,9 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
         """Physical slots of ``group`` for ``virtual_loc`` (any shape, int), int64; 0 where absent."""
         return self.group_loc[group][virtual_loc.long()].long()
 
-    def set_kv_buffer(self, layer: Any, loc_info: Any, cache_k: torch.Tensor, cache_v: torch.Tensor, *args: Any,
-                      **kwargs: Any) -> None:
+    def set_kv_buffer(
+        self, layer: Any, loc_info: Any, cache_k: torch.Tensor, cache_v: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> None:
         """SGLang's write, with the virtual ``loc`` translated to the layer group's physical slots."""
         loc = loc_info.loc if isinstance(loc_info, KVWriteLoc) else loc_info
         layer_id = kwargs.get("layer_id_override") or layer.layer_id
@@ -132,8 +145,10 @@ class LayerGroupMHAKVPool(MHATokenToKVPool):
 
     def group_buffer_bytes(self, group: int) -> int:
         """Bytes of the K and V buffers of ``group``'s layers, as allocated (padding rows included)."""
-        return sum(self.k_buffer[layer - self.start_layer].nbytes + self.v_buffer[layer - self.start_layer].nbytes
-                   for layer in self.layout.ranges[group])
+        return sum(
+            self.k_buffer[layer - self.start_layer].nbytes + self.v_buffer[layer - self.start_layer].nbytes
+            for layer in self.layout.ranges[group]
+        )
 
 
 class LayerGroupAllocator(TokenToKVPoolAllocator):
@@ -165,9 +180,17 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
         prefill is off.
     """
 
-    def __init__(self, pool: LayerGroupMHAKVPool, dtype: torch.dtype, device: str, need_sort: bool,
-                 budgets: Optional[Sequence[float]] = None, growth_overhead: int = 0,
-                 prefill_chunk: Optional[int] = None, compress_decode: bool = True):
+    def __init__(
+        self,
+        pool: LayerGroupMHAKVPool,
+        dtype: torch.dtype,
+        device: str,
+        need_sort: bool,
+        budgets: Optional[Sequence[float]] = None,
+        growth_overhead: int = 0,
+        prefill_chunk: Optional[int] = None,
+        compress_decode: bool = True,
+    ):
         layout = pool.layout
         budgets = [1.0] * layout.num_groups if budgets is None else list(budgets)
         if len(budgets) != layout.num_groups:
@@ -247,8 +270,11 @@ class LayerGroupAllocator(TokenToKVPoolAllocator):
             those ids hold there (a group holds a slot for only the tokens it kept, and under
             a low-bit ``--kv-dropped`` mode the slots of the blocks left without a token).
         """
-        held = (self.pool.group_loc[:, evictable.long()] > 0).sum(dim=1).tolist() if evictable.numel() else \
-            [0] * len(self.group_allocators)
+        held = (
+            (self.pool.group_loc[:, evictable.long()] > 0).sum(dim=1).tolist()
+            if evictable.numel()
+            else [0] * len(self.group_allocators)
+        )
         if self.lowbit is not None and evictable.numel():
             held = [h + self.lowbit.freed_by(group, evictable) for group, h in enumerate(held)]
         per_group = [a.available_size() + h for a, h in zip(self.group_allocators, held)]

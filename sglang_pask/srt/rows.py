@@ -29,7 +29,7 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
     held = state.held_positions(row, request, req_pool.req_to_token) if request is not None else None
     lowbit, lowbit_slots, block_places = None, None, None
     if request is not None and state.lowbit is not None:
-        lowbit_row = req_pool.req_to_token[row, :request.seq_len]
+        lowbit_row = req_pool.req_to_token[row, : request.seq_len]
         lowbit, lowbit_slots = state.lowbit.row_summary(lowbit_row)
         if wants(req, KEPT_FLAG):
             block_places = [places.as_dict() for places in state.lowbit.row_block_places(lowbit_row)]
@@ -39,9 +39,17 @@ def release_request(original: Any, req_pool: Any, req: Any) -> Any:
         if request is not None:
             assert held is not None
             stats = request_stats(
-                request.seq_len, held, state.config.kv_budget, state.budgets, state.config.kv_policy,
-                kept_positions=wants(req, KEPT_FLAG), kv_dropped=state.config.kv_dropped, lowbit=lowbit,
-                lowbit_slots=lowbit_slots, block_places=block_places, structkv=request.prefill,
+                request.seq_len,
+                held,
+                state.config.kv_budget,
+                state.budgets,
+                state.config.kv_policy,
+                kept_positions=wants(req, KEPT_FLAG),
+                kv_dropped=state.config.kv_dropped,
+                lowbit=lowbit,
+                lowbit_slots=lowbit_slots,
+                block_places=block_places,
+                structkv=request.prefill,
                 distortion=distortion_report(request),
             )
             setattr(req, STATS_ATTRIBUTE, stats)
@@ -53,7 +61,7 @@ def release_rows(original: Any, req_pool: Any, indices: Any) -> Any:
     result = original(req_pool, indices)
     state = active()
     if state is not None and state.views is not None and state.requests is not None:
-        for row in (indices.tolist() if isinstance(indices, torch.Tensor) else list(indices)):
+        for row in indices.tolist() if isinstance(indices, torch.Tensor) else list(indices):
             state.views.release(int(row))
             state.requests.forget(int(row))
     return result

@@ -35,8 +35,15 @@ from .pivot import (
     topk_count,
     transition_scores,
 )
-from .prefill import (DEFAULT_DOMINANCE, DEFAULT_PATIENCE, PromptPruning, PruneDecision, kv_keep, pooled_skeleton,
-                      settled_auto_pivot)
+from .prefill import (
+    DEFAULT_DOMINANCE,
+    DEFAULT_PATIENCE,
+    PromptPruning,
+    PruneDecision,
+    kv_keep,
+    pooled_skeleton,
+    settled_auto_pivot,
+)
 from .segments import segment_end_table, segment_ids, segment_kv_keep, segment_skeleton
 from .skeleton import select_kv, select_skeleton, top_count
 

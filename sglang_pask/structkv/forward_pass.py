@@ -69,9 +69,18 @@ class StructKVSettings:
     min_prompt: int = 0
 
     @classmethod
-    def from_flags(cls, mode: str, pivot: str | int, prefill_ratio: float, kv_ratio: float,
-                   window: int, score_window: int, skeleton: str, kv_score: str,
-                   min_prompt: int = 0) -> "StructKVSettings":
+    def from_flags(
+        cls,
+        mode: str,
+        pivot: str | int,
+        prefill_ratio: float,
+        kv_ratio: float,
+        window: int,
+        score_window: int,
+        skeleton: str,
+        kv_score: str,
+        min_prompt: int = 0,
+    ) -> "StructKVSettings":
         """``structkv``: decayed centrality (lambda 0.9); ``fixed-pivot``: FastKV-style, the pivot
         layer's own scores (lambda 0); ``gemfilter``: layer N's scores and a restart from layer 0.
         ``skeleton`` is ``segments`` or ``tokens``; ``kv_score`` is ``own`` or ``centrality``;
@@ -88,8 +97,16 @@ class StructKVSettings:
             raise ValueError(f"unknown StructKV skeleton {skeleton!r}")
         if kv_score not in STRUCTKV_KV_SCORES:
             raise ValueError(f"unknown StructKV KV score {kv_score!r}")
-        return cls(config, prefill_ratio, kv_ratio, window, score_window, skeleton == "segments",
-                   kv_score == "centrality", min_prompt)
+        return cls(
+            config,
+            prefill_ratio,
+            kv_ratio,
+            window,
+            score_window,
+            skeleton == "segments",
+            kv_score == "centrality",
+            min_prompt,
+        )
 
     def prunes(self, prompt_tokens: int) -> bool:
         """Whether a prompt of ``prompt_tokens`` tokens is pruned (:attr:`min_prompt`)."""
@@ -157,9 +174,18 @@ class StructKVPass:
         ``settings.segments``.
     """
 
-    def __init__(self, settings: StructKVSettings, num_layers: int, layer_groups: list[int], rows: list[int],
-                 prefix_lens: list[int], extend_lens: list[int], positions: Tensor, out_cache_loc: Tensor,
-                 segment_ends: Optional[Tensor] = None) -> None:
+    def __init__(
+        self,
+        settings: StructKVSettings,
+        num_layers: int,
+        layer_groups: list[int],
+        rows: list[int],
+        prefix_lens: list[int],
+        extend_lens: list[int],
+        positions: Tensor,
+        out_cache_loc: Tensor,
+        segment_ends: Optional[Tensor] = None,
+    ) -> None:
         if settings.segments and segment_ends is None:
             raise ValueError("a segment skeleton needs the batch's segment ends")
         self.settings = settings
@@ -170,12 +196,22 @@ class StructKVPass:
         for n in extend_lens:
             starts.append(starts[-1] + n)
         self.requests = [
-            RequestPrune(row, prefix, n,
-                         PromptPruning(settings.pivot, num_layers, n, settings.prefill_ratio, settings.score_window,
-                                       segments=None if not settings.segments
-                                       else segment_ids(segment_ends[start:start + n]))
-                         if settings.prunes(prefix + n) else None,
-                         torch.arange(n, device=device))
+            RequestPrune(
+                row,
+                prefix,
+                n,
+                PromptPruning(
+                    settings.pivot,
+                    num_layers,
+                    n,
+                    settings.prefill_ratio,
+                    settings.score_window,
+                    segments=None if not settings.segments else segment_ids(segment_ends[start : start + n]),
+                )
+                if settings.prunes(prefix + n)
+                else None,
+                torch.arange(n, device=device),
+            )
             for row, prefix, n, start in zip(rows, prefix_lens, extend_lens, starts)
         ]
         self.rows = torch.arange(positions.numel(), device=device)
@@ -222,13 +258,18 @@ class StructKVPass:
         queries score the prompt: None when they read those scores themselves (a fixed pivot, a
         decision already taken, or a window no longer than the statistics')."""
         pivot = self.settings.pivot
-        if not pivot.needs_statistics or not self.prunes(index) or self.requests[index].decision is not None \
-                or scored <= pivot.statistics_window:
+        if (
+            not pivot.needs_statistics
+            or not self.prunes(index)
+            or self.requests[index].decision is not None
+            or scored <= pivot.statistics_window
+        ):
             return None
         return pivot.statistics_window
 
-    def add_scores(self, index: int, layer: int, positions: Tensor, scores: Tensor,
-                   statistics_scores: Optional[Tensor] = None) -> None:
+    def add_scores(
+        self, index: int, layer: int, positions: Tensor, scores: Tensor, statistics_scores: Optional[Tensor] = None
+    ) -> None:
         """One layer's window scores of request ``index`` (a pruned one: :meth:`prunes`).
 
         Parameters
@@ -250,7 +291,9 @@ class StructKVPass:
         found = request.group_scores.get(group)
         request.group_scores[group] = dense if found is None else found + dense
         if request.computes_all(layer) and request.decision is None:
-            statistics = None if statistics_scores is None else self._dense(request, positions, fresh, statistics_scores)
+            statistics = (
+                None if statistics_scores is None else self._dense(request, positions, fresh, statistics_scores)
+            )
             request.pruning.observe(layer, dense, statistics)
 
     @staticmethod
@@ -264,9 +307,13 @@ class StructKVPass:
     def after_layer(self, layer: int) -> list[int]:
         """The requests whose decision was taken at ``layer`` (they shrink from the next layer on)."""
         self.rows_per_layer.append(self.rows.numel())
-        return [i for i, request in enumerate(self.requests)
-                if request.decision is not None and request.decision.decided_at == layer
-                and request.computed.numel() == request.length]
+        return [
+            i
+            for i, request in enumerate(self.requests)
+            if request.decision is not None
+            and request.decision.decided_at == layer
+            and request.computed.numel() == request.length
+        ]
 
     def select(self, keep_local: list[Tensor]) -> tuple[Tensor, Tensor]:
         """Keep, per request, ``keep_local[b]`` (indices into its *current* rows).
@@ -303,8 +350,10 @@ class StructKVPass:
             return None
         decision = request.decision
         segments = request.pruning.segments
-        rows = [request.length if request.computes_all(layer) else request.computed.numel()
-                for layer in range(self.num_layers)]
+        rows = [
+            request.length if request.computes_all(layer) else request.computed.numel()
+            for layer in range(self.num_layers)
+        ]
         return {
             "mode": "gemfilter" if self.restarts else ("auto" if self.settings.pivot.needs_statistics else "fixed"),
             "pivot": None if decision is None else decision.pivot,

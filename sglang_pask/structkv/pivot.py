@@ -144,8 +144,9 @@ def transition_scores(stats: Tensor, weights: tuple[float, float, float] = DEFAU
     )
 
 
-def detect_pivot(stats: Tensor, num_layers: int, weights: tuple[float, float, float] = DEFAULT_WEIGHTS,
-                 min_pivot: int = 1) -> int:
+def detect_pivot(
+    stats: Tensor, num_layers: int, weights: tuple[float, float, float] = DEFAULT_WEIGHTS, min_pivot: int = 1
+) -> int:
     """The pivot layer ``L* = argmax_l T_l + 1`` from the statistics of the first ``m`` layers.
 
     ``m`` may be less than ``num_layers``: the search then covers layers ``0 .. m-1`` only (a
@@ -181,7 +182,7 @@ def detect_pivot(stats: Tensor, num_layers: int, weights: tuple[float, float, fl
         raise ValueError(f"stats cover {stats.shape[0]} layers but the model has {num_layers}")
     if not 1 <= min_pivot <= stats.shape[0] - 1:
         raise ValueError(f"min_pivot must be in [1, {stats.shape[0] - 1}] for {stats.shape[0]} layers, got {min_pivot}")
-    return int(torch.argmax(scores[min_pivot - 1:])) + min_pivot
+    return int(torch.argmax(scores[min_pivot - 1 :])) + min_pivot
 
 
 def step_dominance(stats: Tensor, step: int, weights: tuple[float, float, float] = DEFAULT_WEIGHTS) -> float:
@@ -270,8 +271,11 @@ class PivotConfig:
                 f"not all 0, got {self.weights!r}"
             )
         check_fraction(self.topk_ratio, "top-k ratio")
-        if isinstance(self.statistics_window, bool) or not isinstance(self.statistics_window, int) \
-                or self.statistics_window < 1:
+        if (
+            isinstance(self.statistics_window, bool)
+            or not isinstance(self.statistics_window, int)
+            or self.statistics_window < 1
+        ):
             raise ValueError(f"the pivot's statistics window must be at least 1 query, got {self.statistics_window!r}")
 
     @property

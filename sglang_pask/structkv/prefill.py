@@ -156,10 +156,19 @@ class PromptPruning:
         ``patience < 0``, an even or non-positive ``kernel_size``.
     """
 
-    def __init__(self, pivot: PivotConfig, num_layers: int, length: int, ratio: float, window: int,
-                 patience: int = DEFAULT_PATIENCE, dominance: float = DEFAULT_DOMINANCE,
-                 min_pivot_fraction: float = DEFAULT_MIN_PIVOT_FRACTION,
-                 kernel_size: int = DEFAULT_SKELETON_KERNEL, segments: Optional[Tensor] = None) -> None:
+    def __init__(
+        self,
+        pivot: PivotConfig,
+        num_layers: int,
+        length: int,
+        ratio: float,
+        window: int,
+        patience: int = DEFAULT_PATIENCE,
+        dominance: float = DEFAULT_DOMINANCE,
+        min_pivot_fraction: float = DEFAULT_MIN_PIVOT_FRACTION,
+        kernel_size: int = DEFAULT_SKELETON_KERNEL,
+        segments: Optional[Tensor] = None,
+    ) -> None:
         if num_layers < 3:
             raise ValueError(f"StructKV prunes after a pivot in [1, num_layers - 2]; the model has {num_layers} layers")
         if pivot.pivot != "auto" and not 1 <= pivot.pivot <= num_layers - 2:
@@ -184,7 +193,9 @@ class PromptPruning:
         self._stats: list[Tensor] = []
         self.decision: Optional[PruneDecision] = None
 
-    def observe(self, layer: int, scores: Tensor, statistics_scores: Optional[Tensor] = None) -> Optional[PruneDecision]:
+    def observe(
+        self, layer: int, scores: Tensor, statistics_scores: Optional[Tensor] = None
+    ) -> Optional[PruneDecision]:
         """Fold in the window scores of ``layer`` (run on the whole part) and decide if it is time.
 
         Parameters
@@ -210,12 +221,17 @@ class PromptPruning:
             If layers come out of order, after the decision, or the scores have the wrong length.
         """
         if self.decision is not None or layer != self.centrality.num_layers:
-            raise ValueError(f"layer {layer} observed out of order ({self.centrality.num_layers} layers seen, "
-                             f"decided: {self.decision is not None})")
-        if scores.shape != (self.length,) or (statistics_scores is not None
-                                              and statistics_scores.shape != (self.length,)):
-            raise ValueError(f"layer scores must be ({self.length},), got {tuple(scores.shape)}"
-                             + ("" if statistics_scores is None else f" and {tuple(statistics_scores.shape)}"))
+            raise ValueError(
+                f"layer {layer} observed out of order ({self.centrality.num_layers} layers seen, "
+                f"decided: {self.decision is not None})"
+            )
+        if scores.shape != (self.length,) or (
+            statistics_scores is not None and statistics_scores.shape != (self.length,)
+        ):
+            raise ValueError(
+                f"layer scores must be ({self.length},), got {tuple(scores.shape)}"
+                + ("" if statistics_scores is None else f" and {tuple(statistics_scores.shape)}")
+            )
         self.centrality.add(scores)
         if self.config.needs_statistics:
             read = scores if statistics_scores is None else statistics_scores
@@ -235,13 +251,24 @@ class PromptPruning:
         if not self.config.needs_statistics:
             pivot = self.config.pivot_layer(self.num_layers)
             return pivot if layer == pivot else None
-        return settled_auto_pivot(torch.stack(self._stats), self.num_layers, self.min_pivot, self.patience,
-                                  self.dominance, self.config.weights)
+        return settled_auto_pivot(
+            torch.stack(self._stats),
+            self.num_layers,
+            self.min_pivot,
+            self.patience,
+            self.dominance,
+            self.config.weights,
+        )
 
 
-def settled_auto_pivot(stats: Tensor, num_layers: int, min_pivot: int, patience: int = DEFAULT_PATIENCE,
-                       dominance: float = DEFAULT_DOMINANCE,
-                       weights: tuple[float, float, float] = DEFAULT_WEIGHTS) -> Optional[int]:
+def settled_auto_pivot(
+    stats: Tensor,
+    num_layers: int,
+    min_pivot: int,
+    patience: int = DEFAULT_PATIENCE,
+    dominance: float = DEFAULT_DOMINANCE,
+    weights: tuple[float, float, float] = DEFAULT_WEIGHTS,
+) -> Optional[int]:
     """The auto pivot if it is settled after the last layer of ``stats`` (module docstring), else None.
 
     Parameters
@@ -267,8 +294,9 @@ def settled_auto_pivot(stats: Tensor, num_layers: int, min_pivot: int, patience:
     return pivot if step_dominance(stats, pivot - 1, weights) >= dominance else None
 
 
-def pooled_skeleton(centrality: Tensor, ratio: float, window: int,
-                    kernel_size: int = DEFAULT_SKELETON_KERNEL) -> Tensor:
+def pooled_skeleton(
+    centrality: Tensor, ratio: float, window: int, kernel_size: int = DEFAULT_SKELETON_KERNEL
+) -> Tensor:
     """The skeleton of a prompt part: ``centrality`` ``(n,)`` max-pooled over ``kernel_size``
     neighbouring positions (1 turns it off), then :func:`.skeleton.select_skeleton` at ``ratio`` plus
     the ``window``; ``(k,)`` int64 local positions, sorted."""
@@ -276,8 +304,9 @@ def pooled_skeleton(centrality: Tensor, ratio: float, window: int,
     return select_skeleton(max_pool_by_position(positions, centrality, kernel_size), ratio, window)
 
 
-def kv_keep(group_scores: Tensor, candidates: Tensor, ratio: float, window: int,
-            kernel_size: int = DEFAULT_SKELETON_KERNEL) -> Tensor:
+def kv_keep(
+    group_scores: Tensor, candidates: Tensor, ratio: float, window: int, kernel_size: int = DEFAULT_SKELETON_KERNEL
+) -> Tensor:
     """The local positions whose KV a layer group keeps for decode: top ``R_KV`` by its own scores,
     max-pooled over ``kernel_size`` neighbouring candidates first (as the skeleton's, and as SnapKV).
 

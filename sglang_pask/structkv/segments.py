@@ -30,8 +30,9 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import Tensor
 
-from .skeleton import check_scores, check_window, top_count
 from sglang_pask.policy.budget import check_fraction
+
+from .skeleton import check_scores, check_window, top_count
 
 # Longest segment before it is cut (tokens): about two sentences of English prose.
 DEFAULT_MAX_SEGMENT = 48
@@ -49,8 +50,9 @@ def segment_end_table(token_bytes: Sequence[bytes], special_ids: Iterable[int] =
         Special tokens (chat-template markers); each ends a segment. Ids outside the vocabulary are
         ignored.
     """
-    ends = torch.tensor([b"\n" in data or data.rstrip().endswith(_SENTENCE_ENDS) for data in token_bytes],
-                        dtype=torch.bool)
+    ends = torch.tensor(
+        [b"\n" in data or data.rstrip().endswith(_SENTENCE_ENDS) for data in token_bytes], dtype=torch.bool
+    )
     special = [i for i in special_ids if 0 <= i < len(token_bytes)]
     if special:
         ends[torch.tensor(special, dtype=torch.int64)] = True
@@ -74,7 +76,9 @@ def segment_ids(ends: Tensor, max_len: int = DEFAULT_MAX_SEGMENT) -> Tensor:
         If ``ends`` is not 1-D bool or ``max_len < 1``.
     """
     if ends.dim() != 1 or ends.dtype != torch.bool:
-        raise ValueError(f"segment ends must be a 1-D bool tensor, got shape {tuple(ends.shape)} and dtype {ends.dtype}")
+        raise ValueError(
+            f"segment ends must be a 1-D bool tensor, got shape {tuple(ends.shape)} and dtype {ends.dtype}"
+        )
     if isinstance(max_len, bool) or not isinstance(max_len, int) or max_len < 1:
         raise ValueError(f"the longest segment must be an integer >= 1 tokens, got {max_len!r}")
     n = ends.numel()
@@ -162,8 +166,10 @@ def _check_segments(scores: Tensor, segments: Tensor, window: int, what: str) ->
     check_window(window)
     check_scores(scores, what)
     if segments.shape != scores.shape or segments.dtype != torch.int64:
-        raise ValueError(f"segments must be an int64 tensor of shape {tuple(scores.shape)} like the scores, "
-                         f"got shape {tuple(segments.shape)} and dtype {segments.dtype}")
+        raise ValueError(
+            f"segments must be an int64 tensor of shape {tuple(scores.shape)} like the scores, "
+            f"got shape {tuple(segments.shape)} and dtype {segments.dtype}"
+        )
 
 
 def _segment_top(scores: Tensor, segments: Tensor, in_window: Tensor, count: int) -> Tensor:
@@ -178,8 +184,9 @@ def _segment_top(scores: Tensor, segments: Tensor, in_window: Tensor, count: int
     sizes = torch.bincount(segments, minlength=num_segments).clamp(min=1)
     mean = torch.zeros(num_segments, dtype=torch.float32, device=scores.device).index_add_(0, segments, values) / sizes
     segment_rank = torch.empty(num_segments, dtype=torch.int64, device=scores.device)
-    segment_rank[torch.sort(mean, descending=True, stable=True).indices] = torch.arange(num_segments,
-                                                                                          device=scores.device)
+    segment_rank[torch.sort(mean, descending=True, stable=True).indices] = torch.arange(
+        num_segments, device=scores.device
+    )
     rank = segment_rank[segments].masked_fill(in_window, -1)
     order = torch.sort(values, descending=True, stable=True).indices  # within a segment: by score
     order = order[torch.sort(rank[order], stable=True).indices]

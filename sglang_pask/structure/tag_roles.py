@@ -211,7 +211,9 @@ class StructuralTagRoleMachine:
         ends = fmt.get("end")
         ends = ends if isinstance(ends, list) else [ends]
         end_alts = [(e, literal_roles(e), after) for e in (_text(x, "a tag's end") for x in ends)]
-        end_node = self._string_node([a for a in end_alts if a[0]], eps=after if any(not a[0] for a in end_alts) else -1)
+        end_node = self._string_node(
+            [a for a in end_alts if a[0]], eps=after if any(not a[0] for a in end_alts) else -1
+        )
         return begin, literal_roles(begin, begin=True), self._build(fmt.get("content"), end_node)
 
     def _build(self, fmt: Any, after: int) -> int:

@@ -21,7 +21,7 @@ from sglang_pask.kernels.kv_lowbit import (
 def fake_quantize(groups: torch.Tensor, bits: int) -> torch.Tensor:
     """Quantize and dequantize ``(..., n)`` at ``bits`` with one fp16 minimum and scale per
     last-dimension group (a group whose fp16 scale is 0 comes back as its minimum)."""
-    levels = 2 ** bits - 1
+    levels = 2**bits - 1
     low = groups.amin(dim=-1, keepdim=True).half().float()
     high = groups.amax(dim=-1, keepdim=True)
     scale = ((high - groups.amin(dim=-1, keepdim=True)) / levels).half().float()
@@ -60,7 +60,7 @@ def test_blocks_dequantize_to_the_elementwise_reference(heads, head_dim, dtype, 
 
 @pytest.mark.parametrize("bits", [2, 4])
 def test_error_is_within_half_a_step_of_each_group(bits):
-    levels = 2 ** bits - 1
+    levels = 2**bits - 1
     keys = torch.randn(2, BLOCK_TOKENS, 2, 64) * 3
     values = torch.randn(2, BLOCK_TOKENS, 2, 64)
     key_step = (keys.amax(dim=1, keepdim=True) - keys.amin(dim=1, keepdim=True)) / levels
@@ -75,8 +75,10 @@ def test_error_is_within_half_a_step_of_each_group(bits):
 
 def test_four_bits_err_less_than_two():
     values = torch.randn(4, BLOCK_TOKENS, 2, 64)
-    errors = {bits: (dequantize_value_blocks(quantize_value_blocks(values, bits), 2, 64, bits) - values).norm()
-              for bits in (2, 4)}
+    errors = {
+        bits: (dequantize_value_blocks(quantize_value_blocks(values, bits), 2, 64, bits) - values).norm()
+        for bits in (2, 4)
+    }
     assert errors[4] < errors[2] / 3
 
 
@@ -113,7 +115,7 @@ def test_constant_groups_come_back_exactly(bits):
     keys = torch.full((1, BLOCK_TOKENS, 1, 32), 1.5)
     packed = quantize_key_blocks(keys, bits)
     # Codes all 0 here (a scale of 0 must not divide 0 by 0: a NaN code is no code on every device).
-    assert int(packed[0, :32 * 32 * bits // 8].count_nonzero()) == 0
+    assert int(packed[0, : 32 * 32 * bits // 8].count_nonzero()) == 0
     assert torch.equal(dequantize_key_blocks(packed, 1, 32, bits), keys)
     # A one-token block (padded with copies of its token) is constant in every key channel.
     token = torch.randn(1, 2, 64)

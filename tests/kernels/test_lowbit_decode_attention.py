@@ -46,8 +46,10 @@ class Case:
     foreign: int = 0
 
     def __str__(self) -> str:
-        return (f"F{'-'.join(map(str, self.full))}_L{'-'.join(map(str, self.lowbit))}_kv{self.kv_heads}"
-                f"_g{self.group}_d{self.head_dim}_k{self.key_bits}v{self.value_bits}_s{self.splits}_f{self.foreign}")
+        return (
+            f"F{'-'.join(map(str, self.full))}_L{'-'.join(map(str, self.lowbit))}_kv{self.kv_heads}"
+            f"_g{self.group}_d{self.head_dim}_k{self.key_bits}v{self.value_bits}_s{self.splits}_f{self.foreign}"
+        )
 
 
 CASES = [
@@ -73,16 +75,21 @@ def make_inputs(case: Case, seed: int) -> dict[str, Any]:
     kv_indices, block_slots, block_masks = [], [], []
     used = 0
     for n_full, n_low in zip(case.full, case.lowbit):
-        kv_indices.append(free[used:used + n_full])
+        kv_indices.append(free[used : used + n_full])
         used += n_full
         for start in range(0, n_low, per_block):
             mine = min(per_block, n_low - start)
             tokens_k = torch.randn(mine + case.foreign, heads, dim, generator=gen) * 2 + 0.5
             tokens_v = torch.randn(mine + case.foreign, heads, dim, generator=gen)
-            slots = free[used:used + rows]
+            slots = free[used : used + rows]
             used += rows
-            packed = torch.cat((quantize_key_blocks(pad_block(tokens_k)[None], case.key_bits),
-                                quantize_value_blocks(pad_block(tokens_v)[None], case.value_bits)), dim=1)
+            packed = torch.cat(
+                (
+                    quantize_key_blocks(pad_block(tokens_k)[None], case.key_bits),
+                    quantize_value_blocks(pad_block(tokens_v)[None], case.value_bits),
+                ),
+                dim=1,
+            )
             halves = packed.view(2, -1)
             k_buffer[slots] = halves[0].view(torch.float32).reshape(rows, heads, dim)
             v_buffer[slots] = halves[1].view(torch.float32).reshape(rows, heads, dim)
@@ -91,13 +98,17 @@ def make_inputs(case: Case, seed: int) -> dict[str, Any]:
             block_masks.append(int((1 << places).sum()))
     q = torch.randn(len(case.full), heads * case.group, dim, generator=gen)
     return {
-        "q": q, "k_buffer": k_buffer, "v_buffer": v_buffer,
+        "q": q,
+        "k_buffer": k_buffer,
+        "v_buffer": v_buffer,
         "kv_indptr": torch.tensor((0, *case.full)).cumsum(0).to(torch.int32),
         "kv_indices": torch.cat(kv_indices).to(torch.int32),
         "block_indptr": torch.tensor((0, *block_counts)).cumsum(0).to(torch.int32),
         "block_slots": torch.stack(block_slots) if block_slots else torch.zeros((0, rows), dtype=torch.int64),
         "block_masks": torch.tensor(block_masks, dtype=torch.int64),
-        "key_bits": case.key_bits, "value_bits": case.value_bits, "sm_scale": dim ** -0.5,
+        "key_bits": case.key_bits,
+        "value_bits": case.value_bits,
+        "sm_scale": dim**-0.5,
     }
 
 
@@ -158,8 +169,10 @@ def _interpreter_main(src: str, dst: str) -> None:
 
     kernel_types = [type(getattr(lowbit_decode_attention, name)).__name__ for name in KERNEL_NAMES]
     data = torch.load(src)
-    outputs = [lowbit_decode_attention.lowbit_decode_attention_triton(**batch, splits=splits)
-               for batch, splits in zip(data["inputs"], data["splits"])]
+    outputs = [
+        lowbit_decode_attention.lowbit_decode_attention_triton(**batch, splits=splits)
+        for batch, splits in zip(data["inputs"], data["splits"])
+    ]
     torch.save({"kernel_types": kernel_types, "outputs": outputs}, dst)
 
 

@@ -71,10 +71,18 @@ def random_case(seed: int) -> Case:
         return pick((0, 1, int(torch.randint(2, 121, (1,), generator=gen))))
 
     lengths = tuple(length() for _ in range(pick((1, 2, 3, 4))))
-    return Case(lengths, int(torch.randint(16, 257, (1,), generator=gen)), pick(FLOAT_DTYPES),
-                ratio=pick((0.0, 0.2, 0.5, 1.0)), window=pick((0, 1, 8)), mask_prob=pick((None, 0.3)),
-                residual_dtype=pick((None, torch.float32, torch.bfloat16)), strided=pick((False, True)),
-                padding_rows=pick((0, 3)), index_dtype=pick((torch.int32, torch.int64)))
+    return Case(
+        lengths,
+        int(torch.randint(16, 257, (1,), generator=gen)),
+        pick(FLOAT_DTYPES),
+        ratio=pick((0.0, 0.2, 0.5, 1.0)),
+        window=pick((0, 1, 8)),
+        mask_prob=pick((None, 0.3)),
+        residual_dtype=pick((None, torch.float32, torch.bfloat16)),
+        strided=pick((False, True)),
+        padding_rows=pick((0, 3)),
+        index_dtype=pick((torch.int32, torch.int64)),
+    )
 
 
 CASES = [
@@ -84,8 +92,16 @@ CASES = [
     Case((3, 40), 130, torch.float32, ratio=0.0, window=0),  # nothing kept anywhere
     Case((0, 0), 16, torch.bfloat16, ratio=0.5, window=1),  # a batch without tokens
     # random mask, strided inputs, padding rows past the batch, int64 offsets
-    Case((17, 1, 90, 33), 255, torch.float32, mask_prob=0.4, residual_dtype=torch.bfloat16, strided=True,
-         padding_rows=5, index_dtype=torch.int64),
+    Case(
+        (17, 1, 90, 33),
+        255,
+        torch.float32,
+        mask_prob=0.4,
+        residual_dtype=torch.bfloat16,
+        strided=True,
+        padding_rows=5,
+        index_dtype=torch.int64,
+    ),
     Case((1,), 16, torch.float16, ratio=1.0, window=1),  # a single token
     Case((0, 1, 0, 7, 2, 0, 0, 13, 1), 48, torch.bfloat16, ratio=0.5, window=1),  # 9 sequences: 4 search steps
     random_case(SEED),
@@ -107,14 +123,16 @@ def make_inputs(case: Case, seed: int) -> dict[str, Any]:
 
     extend_indptr = torch.tensor((0, *case.lengths)).cumsum(0)
     prefixes = torch.randint(0, 50, (len(case.lengths),), generator=gen)
-    positions = torch.cat([prefix + torch.arange(length) for prefix, length in zip(prefixes.tolist(), case.lengths)]
-                          + [torch.zeros(case.padding_rows, dtype=torch.int64)])
+    positions = torch.cat(
+        [prefix + torch.arange(length) for prefix, length in zip(prefixes.tolist(), case.lengths)]
+        + [torch.zeros(case.padding_rows, dtype=torch.int64)]
+    )
     if case.mask_prob is not None:
-        keep_indices, keep_indptr = skeleton_from_mask(torch.rand(total, generator=gen) < case.mask_prob,
-                                                       extend_indptr)
+        keep_indices, keep_indptr = skeleton_from_mask(torch.rand(total, generator=gen) < case.mask_prob, extend_indptr)
     else:
-        keep_indices, keep_indptr = skeleton_from_scores(torch.rand(total, generator=gen), extend_indptr,
-                                                         case.ratio, case.window)
+        keep_indices, keep_indptr = skeleton_from_scores(
+            torch.rand(total, generator=gen), extend_indptr, case.ratio, case.window
+        )
     return {
         "hidden_states": matrix(case.dtype),
         "positions": positions,
@@ -140,12 +158,12 @@ def bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def assert_bitwise(got: torch.Tensor, expected: torch.Tensor) -> None:
-    assert got.shape == expected.shape and got.dtype == expected.dtype, \
+    assert got.shape == expected.shape and got.dtype == expected.dtype, (
         f"seed {SEED}: {got.dtype} {tuple(got.shape)} != {expected.dtype} {tuple(expected.shape)}"
+    )
     if got.is_floating_point():
         got, expected = bits(got), bits(expected)
     assert torch.equal(got, expected), f"seed {SEED}: values differ"
-
 
 
 @pytest.fixture(scope="module")
@@ -167,8 +185,10 @@ def expected_rows(inputs: dict[str, Any]) -> torch.Tensor:
     """Packed rows of the kept tokens, by the definition: ``extend_indptr[b] + keep_indices[k]``."""
     starts = inputs["extend_indptr"].tolist()
     spans = pairwise(inputs["keep_indptr"].tolist())
-    return torch.cat([torch.zeros(0, dtype=torch.int64)]
-                     + [starts[b] + inputs["keep_indices"][lo:hi].long() for b, (lo, hi) in enumerate(spans)])
+    return torch.cat(
+        [torch.zeros(0, dtype=torch.int64)]
+        + [starts[b] + inputs["keep_indices"][lo:hi].long() for b, (lo, hi) in enumerate(spans)]
+    )
 
 
 @pytest.mark.parametrize("index", range(len(CASES)), ids=[str(case) for case in CASES])
@@ -206,8 +226,9 @@ def test_round_trip_restores_rows(interpreted: dict[str, Any], index: int) -> No
     expected = torch.zeros_like(inputs["hidden_states"])
     expected[skeleton.rows] = inputs["hidden_states"][skeleton.rows]
     assert_bitwise(got, expected)
-    restored = skeleton_scatter_reference(skeleton.hidden_states, skeleton.rows,
-                                          torch.zeros_like(inputs["hidden_states"]))
+    restored = skeleton_scatter_reference(
+        skeleton.hidden_states, skeleton.rows, torch.zeros_like(inputs["hidden_states"])
+    )
     assert_bitwise(restored, expected)
 
 
@@ -249,7 +270,7 @@ def test_score_selection_keeps_window_and_top_scores(ratio: float, window: int) 
         chosen = sorted(kept - set(range(body, length)))
         assert len(chosen) == min(math.floor(ratio * length + 1e-9), body), f"seed {SEED}: sequence {b}"
         dropped = sorted(set(range(body)) - set(chosen))
-        body_scores = scores[starts[b]:starts[b] + body]
+        body_scores = scores[starts[b] : starts[b] + body]
         if chosen and dropped:
             assert body_scores[chosen].min() >= body_scores[dropped].max(), f"seed {SEED}: sequence {b}"
 
@@ -367,12 +388,15 @@ def _interpreter_main(src: str, dst: str) -> None:
         gathered = skeleton_gather.skeleton_gather_triton(**batch["gather"])
         scatter = batch["scatter"]
         round_trip = skeleton_gather.skeleton_scatter_triton(
-            gathered.hidden_states, gathered.rows, torch.zeros_like(batch["gather"]["hidden_states"]))
-        outputs.append({
-            "gather": gathered._asdict(),
-            "scatter": skeleton_gather.skeleton_scatter_triton(scatter["src"], scatter["rows"], scatter["out"]),
-            "round_trip": round_trip,
-        })
+            gathered.hidden_states, gathered.rows, torch.zeros_like(batch["gather"]["hidden_states"])
+        )
+        outputs.append(
+            {
+                "gather": gathered._asdict(),
+                "scatter": skeleton_gather.skeleton_scatter_triton(scatter["src"], scatter["rows"], scatter["out"]),
+                "round_trip": round_trip,
+            }
+        )
     torch.save({"kernel_types": kernel_types, "outputs": outputs}, dst)
 
 

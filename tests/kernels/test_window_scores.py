@@ -47,8 +47,10 @@ class Case:
     index_dtype: torch.dtype = torch.int32
 
     def __str__(self) -> str:
-        return (f"L{'-'.join(map(str, self.lengths))}_w{self.window}_kv{self.num_kv_heads}_g{self.group}"
-                f"_d{self.head_dim}_{str(self.dtype).removeprefix('torch.')}")
+        return (
+            f"L{'-'.join(map(str, self.lengths))}_w{self.window}_kv{self.num_kv_heads}_g{self.group}"
+            f"_d{self.head_dim}_{str(self.dtype).removeprefix('torch.')}"
+        )
 
 
 def random_case(seed: int) -> Case:
@@ -59,8 +61,14 @@ def random_case(seed: int) -> Case:
         return options[int(torch.randint(len(options), (1,), generator=gen))]
 
     lengths = tuple(torch.randint(0, 301, (pick((1, 2, 3, 4)),), generator=gen).tolist())
-    return Case(lengths, pick((1, 8, 16)), pick((1, 2)), pick((1, 2, 4)), pick((16, 32, 64)),
-                pick((torch.float32, torch.bfloat16)))
+    return Case(
+        lengths,
+        pick((1, 8, 16)),
+        pick((1, 2)),
+        pick((1, 2, 4)),
+        pick((16, 32, 64)),
+        pick((torch.float32, torch.bfloat16)),
+    )
 
 
 CASES = [
@@ -96,7 +104,6 @@ def spans(kv_indptr: torch.Tensor) -> list[tuple[int, int]]:
     return list(pairwise(offsets))
 
 
-
 @pytest.fixture(scope="module")
 def interpreted() -> dict[str, Any]:
     """Inputs of every case and the interpreted Triton scores for them, from one child process."""
@@ -128,7 +135,7 @@ def check_mass(scores: torch.Tensor, kv_indptr: torch.Tensor, case: Case) -> Non
         mass = scores[:, start:end].sum(dim=1)
         expected = torch.full_like(mass, min(length, case.window) * case.group)
         torch.testing.assert_close(mass, expected, atol=1e-3, rtol=1e-4, msg=lambda m: f"seed {SEED}: {m}")
-    assert not scores[:, int(kv_indptr[-1]):].any()
+    assert not scores[:, int(kv_indptr[-1]) :].any()
 
 
 def test_reference_matches_row_by_row_softmax() -> None:

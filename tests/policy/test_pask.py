@@ -36,8 +36,11 @@ def candidates(n: int, seed: int = 0):
 def test_zero_floors_reduce_to_the_score_ordered_fill():
     positions, roles, scores = candidates(200)
     for capacity in (8, 50, 120):
-        pask = get_policy("pask", table=table(), kernel_size=1).for_group(1).select(
-            positions, roles, scores, capacity, 8, 200)
+        pask = (
+            get_policy("pask", table=table(), kernel_size=1)
+            .for_group(1)
+            .select(positions, roles, scores, capacity, 8, 200)
+        )
         reference = keep_highest(scores, positions >= 192, capacity)
         assert torch.equal(pask.keep, reference.keep)
 
@@ -68,8 +71,11 @@ def test_floors_are_honoured_and_the_capacity_never_exceeded():
     assert kept[best].all()
     assert kept[positions >= 292].all()
     # Group 0 has no floors: its choice is the plain fill.
-    plain = get_policy("pask", table=table(floors1=floors), kernel_size=1).for_group(0).select(
-        positions, roles, scores, 90, 8, 300)
+    plain = (
+        get_policy("pask", table=table(floors1=floors), kernel_size=1)
+        .for_group(0)
+        .select(positions, roles, scores, 90, 8, 300)
+    )
     assert torch.equal(plain.keep, keep_highest(scores, positions >= 292, 90).keep)
 
 
@@ -100,7 +106,8 @@ def test_sinks_are_kept_before_the_floors_in_every_group_and_reserved_beyond_the
         assert decision.keep.numel() == 20 and set(range(4)) | set(range(92, 100)) <= kept
         # The 8 places left go to the best-scored of the floor-protected rest, as without sinks.
         assert kept - set(range(4)) - set(range(92, 100)) == set(
-            (torch.argsort(scores[4:92], descending=True, stable=True)[:8] + 4).tolist())
+            (torch.argsort(scores[4:92], descending=True, stable=True)[:8] + 4).tolist()
+        )
 
 
 @pytest.mark.parametrize("sinks", [-1, 2.5, True, "4"])
@@ -191,8 +198,11 @@ def test_a_policy_file_is_refused_for_the_other_decode_mode(tmp_path):
     path = tmp_path / "policy.json"
     save_policy_file(path, table_to_json(table(), "tiny", RANGES, {"kv_decode": "keep"}))
     assert load_policy_file(path, 6, RANGES, "tiny", "keep") == table()
-    with pytest.raises(PolicyFileError, match=r"calibrated for --kv-decode keep, the server runs --kv-decode "
-                                              r"compress \(refit it: python -m sglang_pask.calibrate --refit"):
+    with pytest.raises(
+        PolicyFileError,
+        match=r"calibrated for --kv-decode keep, the server runs --kv-decode "
+        r"compress \(refit it: python -m sglang_pask.calibrate --refit",
+    ):
         load_policy_file(path, 6, RANGES, "tiny", "compress")
     # A file that does not say was calibrated with the only mode there was: compress.
     save_policy_file(path, table_to_json(table(), "tiny", RANGES, {}))
@@ -200,8 +210,11 @@ def test_a_policy_file_is_refused_for_the_other_decode_mode(tmp_path):
     with pytest.raises(PolicyFileError, match="calibrated for --kv-decode compress"):
         load_policy_file(path, 6, RANGES, "tiny", "keep")
     # --kv-decode lowbit stores the answer by age: its policy is the one calibrated for keep.
-    with pytest.raises(PolicyFileError, match=r"the server runs --kv-decode lowbit, which uses policies calibrated "
-                                              r"for keep \(refit it: .* --kv-decode keep --out NEW.json\)"):
+    with pytest.raises(
+        PolicyFileError,
+        match=r"the server runs --kv-decode lowbit, which uses policies calibrated "
+        r"for keep \(refit it: .* --kv-decode keep --out NEW.json\)",
+    ):
         load_policy_file(path, 6, RANGES, "tiny", "lowbit")
     save_policy_file(path, table_to_json(table(), "tiny", RANGES, {"kv_decode": "keep"}))
     assert load_policy_file(path, 6, RANGES, "tiny", "lowbit") == table()
@@ -224,10 +237,15 @@ def test_pask_without_a_table_is_the_plain_fill():
     assert torch.equal(pooled.keep, get_policy("snapkv").select(positions, roles, scores, 20, 4, 64).keep)
 
 
-@pytest.mark.parametrize("model, kv_decode", [("Qwen2.5-Coder-0.5B-Instruct", "compress"),
-                                               ("Qwen2.5-Coder-0.5B-Instruct", "keep"),
-                                               ("Qwen2.5-Coder-0.5B-Instruct", "lowbit"),
-                                               ("Qwen2.5-Coder-1.5B-Instruct", "keep")])
+@pytest.mark.parametrize(
+    "model, kv_decode",
+    [
+        ("Qwen2.5-Coder-0.5B-Instruct", "compress"),
+        ("Qwen2.5-Coder-0.5B-Instruct", "keep"),
+        ("Qwen2.5-Coder-0.5B-Instruct", "lowbit"),
+        ("Qwen2.5-Coder-1.5B-Instruct", "keep"),
+    ],
+)
 def test_a_shipped_policy_loads_for_its_model_and_fits_its_budget(model, kv_decode):
     from sglang_pask.policy.resolve import CALIBRATED_DIR, shipped_policy_file
 

@@ -30,11 +30,39 @@ def seed() -> int:
 
 
 def test_a_token_ends_a_segment_at_a_newline_a_sentence_end_or_a_special_token():
-    tokens = [b"The", b" sky", b" is", b" blue", b".", b" Why", b"?", b"\n\n", b"ok", b"! ", b"3.5", b"<|im_end|>",
-              b"e.g", b"end.\n"]
+    tokens = [
+        b"The",
+        b" sky",
+        b" is",
+        b" blue",
+        b".",
+        b" Why",
+        b"?",
+        b"\n\n",
+        b"ok",
+        b"! ",
+        b"3.5",
+        b"<|im_end|>",
+        b"e.g",
+        b"end.\n",
+    ]
     table = segment_end_table(tokens, special_ids=[11, 99])
-    assert table.tolist() == [False, False, False, False, True, False, True, True, False, True, False, True,
-                              False, True]
+    assert table.tolist() == [
+        False,
+        False,
+        False,
+        False,
+        True,
+        False,
+        True,
+        True,
+        False,
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
 
 
 def test_segment_ids_start_a_segment_after_every_end_and_cut_long_ones():
@@ -46,11 +74,14 @@ def test_segment_ids_start_a_segment_after_every_end_and_cut_long_ones():
     assert segment_ids(torch.zeros(7, dtype=torch.bool), max_len=1).tolist() == list(range(7))
 
 
-@pytest.mark.parametrize("ends, max_len, message", [
-    (torch.zeros(3, dtype=torch.int64), 4, "1-D bool"),
-    (torch.zeros(2, 3, dtype=torch.bool), 4, "1-D bool"),
-    (torch.zeros(3, dtype=torch.bool), 0, "integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "ends, max_len, message",
+    [
+        (torch.zeros(3, dtype=torch.int64), 4, "1-D bool"),
+        (torch.zeros(2, 3, dtype=torch.bool), 4, "1-D bool"),
+        (torch.zeros(3, dtype=torch.bool), 0, "integer >= 1"),
+    ],
+)
 def test_segment_ids_refuse_bad_input(ends, max_len, message):
     with pytest.raises(ValueError, match=message):
         segment_ids(ends, max_len)
@@ -60,9 +91,9 @@ def test_the_skeleton_takes_the_window_then_whole_segments_by_mean_score():
     # Segments: [0..3] [4..7] [8..11] [12..15]; the window is the last 2 tokens (14, 15).
     segments = torch.arange(16) // 4
     scores = torch.zeros(16)
-    scores[5] = 10.0          # segment 1: one high token, mean 2.5
-    scores[8:12] = 3.0        # segment 2: mean 3.0
-    scores[0:4] = 1.0         # segment 0: mean 1.0
+    scores[5] = 10.0  # segment 1: one high token, mean 2.5
+    scores[8:12] = 3.0  # segment 2: mean 3.0
+    scores[0:4] = 1.0  # segment 0: mean 1.0
     skeleton = segment_skeleton(scores, segments, ratio=0.5, window=2)
     assert skeleton.numel() == top_count(0.5, 16) + 2
     assert skeleton.tolist() == [4, 5, 6, 7, 8, 9, 10, 11, 14, 15]
@@ -106,12 +137,12 @@ def test_a_sentence_singled_out_by_one_token_comes_whole_where_pooled_tokens_los
     gen = torch.Generator().manual_seed(seed)
     n, sentence = 1000, 20
     ends = torch.zeros(n, dtype=torch.bool)
-    ends[sentence - 1::sentence] = True
+    ends[sentence - 1 :: sentence] = True
     scores = torch.rand(n, generator=gen)
     needle = int(torch.randint(2, n // sentence - 3, (), generator=gen)) * sentence
     key, value = needle + 3, range(needle + 11, needle + 18)
     half_kernel = DEFAULT_SKELETON_KERNEL // 2
-    scores[key + 1:value[-1] + half_kernel + 1] = 0.0
+    scores[key + 1 : value[-1] + half_kernel + 1] = 0.0
     scores[key] = 50.0
     skeleton = set(segment_skeleton(scores, segment_ids(ends), 0.2, 8).tolist())
     assert set(value) <= skeleton, seed
@@ -122,8 +153,7 @@ def test_prompt_pruning_chooses_its_skeleton_by_segments_when_given_them(seed):
     gen = torch.Generator().manual_seed(seed)
     n, num_layers = 200, 6
     segments = segment_ids(torch.rand(n, generator=gen) < 0.1)
-    pruning = PromptPruning(PivotConfig(pivot=2, decay=0.0), num_layers, n, ratio=0.2, window=16,
-                            segments=segments)
+    pruning = PromptPruning(PivotConfig(pivot=2, decay=0.0), num_layers, n, ratio=0.2, window=16, segments=segments)
     layers = [torch.rand(n, generator=gen) for _ in range(3)]
     decision = None
     for layer, scores in enumerate(layers):
@@ -141,8 +171,9 @@ def test_segment_ends_of_a_real_tokenizer_vocabulary(tok, vocab):
     ids = tok("The sky is blue. Is it?\nYes<|im_end|>")["input_ids"]
     text = [vocab.token_bytes[i] for i in ids]
     ends = table[torch.tensor(ids)].tolist()
-    assert ends == [b"\n" in t or t.rstrip().endswith((b".", b"?", b"!")) or i in vocab.special_ids
-                    for t, i in zip(text, ids)]
+    assert ends == [
+        b"\n" in t or t.rstrip().endswith((b".", b"?", b"!")) or i in vocab.special_ids for t, i in zip(text, ids)
+    ]
     assert any(ends)
 
 
@@ -167,10 +198,10 @@ def test_a_group_ranks_segments_by_the_mean_of_the_tokens_it_computed():
     segments = torch.arange(16) // 4
     candidates = torch.tensor([0, 1, 5, 6, 7, 9, 14, 15])
     scores = torch.zeros(16)
-    scores[[0, 1]] = 1.0            # segment 0: mean 1.0 over its candidates
-    scores[[2, 3]] = 100.0          # not computed by the group: must not count
-    scores[[5, 6, 7]] = 2.0         # segment 1: mean 2.0
-    scores[9] = 1.5                 # segment 2: mean 1.5
+    scores[[0, 1]] = 1.0  # segment 0: mean 1.0 over its candidates
+    scores[[2, 3]] = 100.0  # not computed by the group: must not count
+    scores[[5, 6, 7]] = 2.0  # segment 1: mean 2.0
+    scores[9] = 1.5  # segment 2: mean 1.5
     keep = segment_kv_keep(scores, candidates, segments, ratio=0.25, window=2)
     assert keep.tolist() == [5, 6, 7, 9, 14, 15]
     with pytest.raises(ValueError, match="KV ratio"):

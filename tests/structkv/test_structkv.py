@@ -144,8 +144,9 @@ def test_centrality_recurrence_equals_formula(seed: int) -> None:
             acc.add(scores)
         assert acc.num_layers == num_layers
         for pivot in range(num_layers):
-            explicit = sum((decay ** (pivot - layer) * layers[layer] for layer in range(first, pivot + 1)),
-                           torch.zeros(n))
+            explicit = sum(
+                (decay ** (pivot - layer) * layers[layer] for layer in range(first, pivot + 1)), torch.zeros(n)
+            )
             what = f"seed {seed}, decay {decay}, first layer {first}, pivot {pivot}"
             torch.testing.assert_close(acc.centrality(pivot), explicit, msg=lambda m, what=what: f"{what}: {m}")
         if first == 0:
@@ -342,8 +343,9 @@ def test_prompt_pruning_settles_a_planted_pivot_online(seed):
         assert decision is not None and decision.decided_at <= num_layers - 2
         assert decision.prunes_from == decision.decided_at + 1 and not decision.restart
         assert decision.skeleton.numel() == math.floor(0.2 * n) + 8
-        assert torch.equal(decision.skeleton,
-                           select_skeleton(pruning.centrality.centrality(decision.decided_at), 0.2, 8))
+        assert torch.equal(
+            decision.skeleton, select_skeleton(pruning.centrality.centrality(decision.decided_at), 0.2, 8)
+        )
         if decision.pivot == last_diffuse + 1 and decision.decided_at >= decision.pivot + 2:
             found += 1
             assert set(hubs.tolist()) <= set(decision.skeleton.tolist()), f"seed={seed + offset}"
@@ -401,12 +403,13 @@ def test_skeleton_pooling_keeps_a_high_tokens_neighbours(seed):
     n, num_layers = 200, 6
     peak = int(torch.randint(20, n - 30, (), generator=gen))
     scores = 0.01 + 0.01 * torch.rand(num_layers, n, generator=gen)
-    scores[:, peak - 3: peak + 4] = 0.0
+    scores[:, peak - 3 : peak + 4] = 0.0
     scores[:, peak] = 10.0
 
     def skeleton(kernel_size: int) -> set[int]:
-        pruning = PromptPruning(PivotConfig(pivot=2, decay=0.0), num_layers, n, ratio=0.035, window=8,
-                                kernel_size=kernel_size)
+        pruning = PromptPruning(
+            PivotConfig(pivot=2, decay=0.0), num_layers, n, ratio=0.035, window=8, kernel_size=kernel_size
+        )
         decisions = [pruning.observe(layer, scores[layer]) for layer in range(3)]
         return set(decisions[-1].skeleton.tolist())
 
@@ -535,8 +538,9 @@ def test_default_rule_settles_at_the_pivot_on_the_default_models_statistics():
 
 
 def test_detect_pivot_search_range(seed):
-    stats = torch.stack([layer_statistics(torch.rand(50, generator=torch.Generator().manual_seed(seed + i)))
-                         for i in range(10)])
+    stats = torch.stack(
+        [layer_statistics(torch.rand(50, generator=torch.Generator().manual_seed(seed + i))) for i in range(10)]
+    )
     scores = transition_scores(stats)
     assert detect_pivot(stats, 10, min_pivot=5) == int(torch.argmax(scores[4:])) + 5, f"seed={seed}"
     assert detect_pivot(stats, 10, min_pivot=1) == detect_pivot(stats, 10)

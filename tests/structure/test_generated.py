@@ -14,13 +14,12 @@ import re
 from typing import Any
 
 import pytest
+import xgrammar  # noqa: E402
 from golden_markup import expected_token_roles, parse_markup
 
 from sglang_pask.structure.roles import LABELS, Role
 from sglang_pask.structure.tracker import RoleGrammar, RoleTracker
 from sglang_pask.structure.vocab import TokenVocab, hf_special_ids
-
-import xgrammar  # noqa: E402
 
 # --------------------------------------------------------------------------------------- goldens
 WEATHER = {

@@ -104,7 +104,7 @@ GOLDEN_EXAMPLES = (
     '{"name": "⟦f|get_weather⟧", "description": "⟦d|Weather for a place, e.g. ⟧⟦x|Paris, France⟧'
     '⟦d|; not the forecast.⟧", "parameters": {"type": "⟦t|object⟧", "properties": {"⟦p|location⟧": '
     '{"type": "⟦t|string⟧", "description": "⟦d|In the format of \'⟧⟦x|City, State⟧⟦d|\', such as \\"⟧'
-    '⟦x|San Francisco, CA⟧⟦d|\\". The city\'s name doesn\'t include the country.⟧", '
+    "⟦x|San Francisco, CA⟧⟦d|\\\". The city's name doesn't include the country.⟧\", "
     '"default": "⟦x|Boston, MA⟧"}}, "required": ["⟦r|location⟧"]}}'
 )
 

@@ -14,15 +14,14 @@ import random
 from typing import Any
 
 import pytest
+import xgrammar  # noqa: E402
 from golden_markup import expected_token_roles, parse_markup
+from xgrammar.structural_tag import StructuralTag, StructuralTagItem  # noqa: E402
 
 from sglang_pask.structure.roles import LABELS, Role
 from sglang_pask.structure.tag_roles import literal_roles
 from sglang_pask.structure.tracker import RoleGrammar
 from sglang_pask.structure.vocab import TokenVocab, hf_special_ids
-
-import xgrammar  # noqa: E402
-from xgrammar.structural_tag import StructuralTag, StructuralTagItem  # noqa: E402
 
 WEATHER = {
     "name": "get_weather",
@@ -47,10 +46,19 @@ TIME = {
 def qwen25_structural_tag(functions: list[dict[str, Any]], at_least_one: bool) -> str:
     """SGLang's legacy structural tag for the qwen25 parser (``at_least_one``: tool_choice required)."""
     structures = [
-        {"begin": f'<tool_call>\n{{"name":"{f["name"]}", "arguments":', "schema": f["parameters"], "end": "}\n</tool_call>"}
+        {
+            "begin": f'<tool_call>\n{{"name":"{f["name"]}", "arguments":',
+            "schema": f["parameters"],
+            "end": "}\n</tool_call>",
+        }
         for f in functions
     ]
-    tag = {"type": "structural_tag", "structures": structures, "triggers": ["<tool_call>"], "at_least_one": at_least_one}
+    tag = {
+        "type": "structural_tag",
+        "structures": structures,
+        "triggers": ["<tool_call>"],
+        "at_least_one": at_least_one,
+    }
     return json.dumps(tag)
 
 
@@ -59,7 +67,9 @@ def compile_like_sglang(compiler: Any, key_string: str) -> Any:
     tag = json.loads(key_string)
     if tag.get("structures") is None:
         return compiler.compile_structural_tag(key_string)
-    items = [StructuralTagItem(begin=s["begin"], schema=json.dumps(s["schema"]), end=s["end"]) for s in tag["structures"]]
+    items = [
+        StructuralTagItem(begin=s["begin"], schema=json.dumps(s["schema"]), end=s["end"]) for s in tag["structures"]
+    ]
     new_tag = StructuralTag.from_legacy_structural_tag(items, tag["triggers"])
     new_tag.format.at_least_one = tag.get("at_least_one", False)
     return compiler.compile_structural_tag(new_tag)
@@ -104,7 +114,7 @@ NATIVE_TAG = {
     },
 }
 NATIVE_CALLS = (
-    "⟦P|<｜tool▁calls▁begin｜><invoke name=\"⟧⟦F|get_time⟧⟦P|\">⟧\n⟦P|```json⟧\n"
+    '⟦P|<｜tool▁calls▁begin｜><invoke name="⟧⟦F|get_time⟧⟦P|">⟧\n⟦P|```json⟧\n'
     '{"⟦R|timezone⟧": "⟦S|UTC⟧"}\n⟦P|```<｜tool▁call▁end｜>⟧\n'
     '⟦P|<invoke name="⟧⟦F|get_weather⟧⟦P|">⟧\n⟦P|```json⟧\n{"⟦R|location⟧": "⟦S|Oslo⟧", "⟦R|days⟧": ⟦N|2⟧}'
     "\n⟦P|```<｜tool▁call▁end｜><｜tool▁calls▁end｜>⟧"
@@ -190,7 +200,11 @@ def _check_rollback(ids: list[int], matcher: Any, tracker: Any, snapshots: list[
 @pytest.fixture(scope="module")
 def qwen(qwen_tok: Any) -> tuple[Any, TokenVocab, Any]:
     info = xgrammar.TokenizerInfo.from_huggingface(qwen_tok, vocab_size=len(qwen_tok))
-    return qwen_tok, TokenVocab.from_xgrammar(info, hf_special_ids(qwen_tok)), xgrammar.GrammarCompiler(info, max_threads=1)
+    return (
+        qwen_tok,
+        TokenVocab.from_xgrammar(info, hf_special_ids(qwen_tok)),
+        xgrammar.GrammarCompiler(info, max_threads=1),
+    )
 
 
 @pytest.mark.real_model

@@ -14,6 +14,5 @@ from typing import NoReturn
 def parse_java_function_call(source_code: str) -> NoReturn:
     """Raise: Java answers cannot be decoded without tree-sitter-java."""
     raise NotImplementedError(
-        "Java decoding is a stand-in here (tree-sitter-java is not installed); only Python "
-        "categories are supported"
+        "Java decoding is a stand-in here (tree-sitter-java is not installed); only Python categories are supported"
     )

@@ -20,8 +20,8 @@ import torch
 from sglang_pask.kernels.window_scores import sequence_window_scores
 from sglang_pask.kvpool import probe as probes
 from sglang_pask.kvpool.compression import KVViewTable
-from sglang_pask.kvpool.probe import CalibrationProbe
 from sglang_pask.kvpool.lowbit import LocatedTokens, LowBitStore
+from sglang_pask.kvpool.probe import CalibrationProbe
 from sglang_pask.srt.pool import LayerGroupMHAKVPool
 from sglang_pask.structkv.forward_pass import StructKVPass
 
@@ -59,8 +59,11 @@ class LayerGroupReads:
         self._reads = {}
         self._lowbit_reads = {}
         rows = forward_batch.req_pool_indices.tolist()
-        seq_lens = forward_batch.seq_lens_cpu.tolist() if forward_batch.seq_lens_cpu is not None \
+        seq_lens = (
+            forward_batch.seq_lens_cpu.tolist()
+            if forward_batch.seq_lens_cpu is not None
             else forward_batch.seq_lens.tolist()
+        )
         if forward_batch.forward_mode.is_decode():
             extend_lens = [1] * len(rows)
         else:
@@ -101,8 +104,9 @@ class LayerGroupReads:
         self._reads[group] = lists
         return lists
 
-    def _lowbit_kv(self, index: int, group: int, layer_id: int,
-                   dtype: torch.dtype) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+    def _lowbit_kv(
+        self, index: int, group: int, layer_id: int, dtype: torch.dtype
+    ) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
         """Request ``index``'s low-bit tokens in layer ``layer_id`` (a low-bit ``--kv-dropped`` mode), dequantized to
         ``dtype``: keys and values ``(kv_heads, t, head_dim)``; None when it has none there. They are
         all positions before the step's fresh tokens (its cached prefix, shared or not), which the
@@ -113,7 +117,8 @@ class LayerGroupReads:
         if located is None:
             req_to_token = self.req_to_token_pool.req_to_token
             located = self._lowbit_reads[group] = [
-                self.lowbit.locate(group, req_to_token[row, :prefix_len]) for row, _, prefix_len, _ in self._batch]
+                self.lowbit.locate(group, req_to_token[row, :prefix_len]) for row, _, prefix_len, _ in self._batch
+            ]
         if located[index] is None:
             return None
         keys, values = self.lowbit.read(located[index], layer_id)
@@ -147,9 +152,19 @@ class LayerGroupReads:
             return None
         return self._distortion_probes.get(index)
 
-    def _observe(self, index: int, group: int, layer: Any, query: torch.Tensor, keys: torch.Tensor,
-                 values: torch.Tensor, positions: torch.Tensor, is_extend: bool,
-                 prune: Optional[StructKVPass], score: bool) -> None:
+    def _observe(
+        self,
+        index: int,
+        group: int,
+        layer: Any,
+        query: torch.Tensor,
+        keys: torch.Tensor,
+        values: torch.Tensor,
+        positions: torch.Tensor,
+        is_extend: bool,
+        prune: Optional[StructKVPass],
+        score: bool,
+    ) -> None:
         """Feed one request's step in one layer to the probe, the StructKV pass and the policy.
 
         Parameters
@@ -173,16 +188,19 @@ class LayerGroupReads:
             probes.record_distortion(self.views, row, group, query, keys, values, layer.scaling, probe)
         if prune is not None and prune.prunes(index):
             scored = min(new, prune.settings.score_window)
-            window_q = query[:, new - scored:, :].movedim(0, 1).float()
+            window_q = query[:, new - scored :, :].movedim(0, 1).float()
             keys_f = keys.movedim(0, 1).float()
             per_head = sequence_window_scores(window_q, keys_f, layer.scaling)
             counted = prune.statistics_queries(index, scored)
-            statistics = None if counted is None else \
-                sequence_window_scores(window_q[scored - counted:], keys_f, layer.scaling).sum(dim=0)
+            statistics = (
+                None
+                if counted is None
+                else sequence_window_scores(window_q[scored - counted :], keys_f, layer.scaling).sum(dim=0)
+            )
             prune.add_scores(index, layer.layer_id, positions, per_head.sum(dim=0), statistics)
         if score:
             scored = self.views.score_queries(new)
-            window_q = query[:, new - scored:, :].movedim(0, 1).float()
+            window_q = query[:, new - scored :, :].movedim(0, 1).float()
             per_head = sequence_window_scores(window_q, keys.movedim(0, 1).float(), layer.scaling)
             self.views.add_scores(row, group, positions, per_head.sum(dim=0), scored)
 

@@ -36,8 +36,8 @@ from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBack
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 from torch.nn.functional import scaled_dot_product_attention
 
-from sglang_pask.srt.pool import LayerGroupMHAKVPool
 from sglang_pask.srt.attention.reads import LayerGroupReads, refuse_unsupported_layer
+from sglang_pask.srt.pool import LayerGroupMHAKVPool
 from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass
 
 
@@ -57,8 +57,7 @@ class LayerGroupTorchNativeAttnBackend(LayerGroupReads, TorchNativeAttnBackend):
         if not self.grouped:
             return super().forward_extend(q, k, v, layer, forward_batch, save_kv_cache)
         prune = getattr(forward_batch, PASS_ATTRIBUTE, None)
-        return self._forward(q, k, v, layer, save_kv_cache, forward_batch.out_cache_loc, is_extend=True,
-                             prune=prune)
+        return self._forward(q, k, v, layer, save_kv_cache, forward_batch.out_cache_loc, is_extend=True, prune=prune)
 
     def forward_decode(self, q, k, v, layer, forward_batch, save_kv_cache=True):  # noqa: D102 (SGLang's API)
         if not self.grouped:
@@ -66,9 +65,17 @@ class LayerGroupTorchNativeAttnBackend(LayerGroupReads, TorchNativeAttnBackend):
         q = q.reshape(-1, layer.tp_q_head_num * layer.qk_head_dim)
         return self._forward(q, k, v, layer, save_kv_cache, forward_batch.out_cache_loc, is_extend=False)
 
-    def _forward(self, q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor], layer: Any,
-                 save_kv_cache: bool, out_cache_loc: torch.Tensor, is_extend: bool,
-                 prune: Optional[StructKVPass] = None) -> torch.Tensor:
+    def _forward(
+        self,
+        q: torch.Tensor,
+        k: Optional[torch.Tensor],
+        v: Optional[torch.Tensor],
+        layer: Any,
+        save_kv_cache: bool,
+        out_cache_loc: torch.Tensor,
+        is_extend: bool,
+        prune: Optional[StructKVPass] = None,
+    ) -> torch.Tensor:
         """Write the step's K/V, attend each request over its group's read list, score, compress.
 
         ``q``: ``(tokens, q_heads * head_dim)``; returns ``(tokens, q_heads * v_head_dim)``. With a
@@ -90,7 +97,7 @@ class LayerGroupTorchNativeAttnBackend(LayerGroupReads, TorchNativeAttnBackend):
         start = 0
         for index, (read, new) in enumerate(zip(self._read_lists(group), self._row_counts(prune))):
             positions, physical = self._readable(index, read, prune, layer.layer_id)
-            query = queries[:, start:start + new, :]
+            query = queries[:, start : start + new, :]
             keys = k_cache[physical].movedim(0, 1)
             values = v_cache[physical].movedim(0, 1)
             if keys.dtype != query.dtype:
@@ -103,17 +110,25 @@ class LayerGroupTorchNativeAttnBackend(LayerGroupReads, TorchNativeAttnBackend):
             if is_extend:
                 # SGLang's shape: queries placed after the read prefix, causal over the whole list.
                 padded = query.new_empty((query.shape[0], total, query.shape[2]))
-                padded[:, total - new:, :] = query
+                padded[:, total - new :, :] = query
                 out = scaled_dot_product_attention(
-                    padded.unsqueeze(0), read_keys.unsqueeze(0), read_values.unsqueeze(0),
-                    enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num, scale=layer.scaling, is_causal=True,
-                )[0, :, total - new:, :]
+                    padded.unsqueeze(0),
+                    read_keys.unsqueeze(0),
+                    read_values.unsqueeze(0),
+                    enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
+                    scale=layer.scaling,
+                    is_causal=True,
+                )[0, :, total - new :, :]
             else:
                 out = scaled_dot_product_attention(
-                    query.unsqueeze(0), read_keys.unsqueeze(0), read_values.unsqueeze(0),
-                    enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num, scale=layer.scaling, is_causal=False,
+                    query.unsqueeze(0),
+                    read_keys.unsqueeze(0),
+                    read_values.unsqueeze(0),
+                    enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
+                    scale=layer.scaling,
+                    is_causal=False,
                 )[0]
-            outputs[start:start + new] = out.movedim(0, 1)
+            outputs[start : start + new] = out.movedim(0, 1)
             # The policy scores, and the probe measures, the full-precision read list only.
             self._observe(index, group, layer, query, keys, values, positions, is_extend, prune, score)
             start += new

@@ -39,8 +39,8 @@ from sglang.srt.layers.attention.triton_backend import (
     TritonAttnBackend,
 )
 
-from sglang_pask.srt.pool import LayerGroupMHAKVPool
 from sglang_pask.srt.attention.reads import LayerGroupReads, refuse_unsupported_layer
+from sglang_pask.srt.pool import LayerGroupMHAKVPool
 from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass
 
 
@@ -63,7 +63,8 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         mode = forward_batch.forward_mode
         if not (mode.is_decode() or mode.is_context_parallel_extend()):  # decode, extend, mixed
             raise NotImplementedError(
-                f"sglang-pask layer groups on the triton backend serve extend and decode batches only, not {mode}")
+                f"sglang-pask layer groups on the triton backend serve extend and decode batches only, not {mode}"
+            )
         self._begin_forward(forward_batch)
         self._stock_metadata = self.forward_metadata
         self._group_metadata = {}
@@ -99,8 +100,17 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
             return super().forward_decode(q, k, v, layer, forward_batch, save_kv_cache, **kwargs)
         return self._forward(q, k, v, layer, forward_batch, save_kv_cache, False, kwargs)
 
-    def _forward(self, q: torch.Tensor, k: Optional[torch.Tensor], v: Optional[torch.Tensor], layer: Any,
-                 forward_batch: Any, save_kv_cache: bool, is_extend: bool, kwargs: dict) -> torch.Tensor:
+    def _forward(
+        self,
+        q: torch.Tensor,
+        k: Optional[torch.Tensor],
+        v: Optional[torch.Tensor],
+        layer: Any,
+        forward_batch: Any,
+        save_kv_cache: bool,
+        is_extend: bool,
+        kwargs: dict,
+    ) -> torch.Tensor:
         """SGLang's kernel on the layer's group metadata, then scores and compression.
 
         ``q``: ``(tokens, q_heads * head_dim)``; returns ``(tokens, q_heads * v_head_dim)``.
@@ -109,7 +119,8 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         if k is None or v is None:
             raise NotImplementedError(
                 "sglang-pask layer groups need the layer's fresh K/V in the attention call "
-                f"(layer {layer.layer_id} passed none)")
+                f"(layer {layer.layer_id} passed none)"
+            )
         group = self._layer_group(layer)
         prune: Optional[StructKVPass] = getattr(forward_batch, PASS_ATTRIBUTE, None) if is_extend else None
         metadata = self._metadata_of_group(group, is_extend)
@@ -148,8 +159,9 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         qo_indptr[1:] = torch.tensor(counts, dtype=torch.int32, device=qo_indptr.device).cumsum(0)
         return dataclasses.replace(metadata, qo_indptr=qo_indptr, max_extend_len=max(counts, default=0))
 
-    def _observe_layer(self, q: torch.Tensor, layer: Any, group: int, is_extend: bool, score: bool,
-                       prune: Optional[StructKVPass]) -> None:
+    def _observe_layer(
+        self, q: torch.Tensor, layer: Any, group: int, is_extend: bool, score: bool, prune: Optional[StructKVPass]
+    ) -> None:
         """Gather what each request read in this layer (its group's read list, the fresh tokens it
         computed included, all written by now) and feed it to the probe, the StructKV pass and the
         policy."""
@@ -160,7 +172,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         start = 0
         for index, (read, new) in enumerate(zip(self._read_lists(group), self._row_counts(prune))):
             positions, physical = self._readable(index, read, prune, layer.layer_id)
-            query = queries[:, start:start + new, :]
+            query = queries[:, start : start + new, :]
             keys = k_cache[physical].movedim(0, 1).to(query.dtype)
             values = v_cache[physical].movedim(0, 1).to(query.dtype)
             self._observe(index, group, layer, query, keys, values, positions, is_extend, prune, score)
@@ -181,4 +193,5 @@ def _refuse_unsupported_backend(backend: TritonAttnBackend) -> None:
     found = [name for name, present in unsupported.items() if present]
     if found:
         raise NotImplementedError(
-            f"sglang-pask layer groups on the triton attention backend do not support {', '.join(found)}")
+            f"sglang-pask layer groups on the triton attention backend do not support {', '.join(found)}"
+        )
