@@ -290,3 +290,16 @@ def test_structkv_min_prompt_default_and_check():
     assert PaskConfig(structkv=True, structkv_min_prompt=0).structkv_min_prompt == 0
     with pytest.raises(ConfigError, match=re.escape("--structkv-min-prompt: must be a whole number of tokens >= 0")):
         PaskConfig(structkv=True, structkv_min_prompt=-5)
+
+
+def test_the_readme_documents_every_flag():
+    """The README's flag table names every row of the flag table (and no flag that is not one)."""
+    from pathlib import Path
+
+    from sglang_pask.config import flag_name, flag_specs
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = {
+        line.split("|")[1].strip().strip("`").split()[0] for line in readme.splitlines() if line.startswith("| `--")
+    }
+    assert table == {flag_name(name) for name, _ in flag_specs()}
