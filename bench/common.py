@@ -233,3 +233,21 @@ def exact_mcnemar_p(only_first: int, only_second: int) -> float:
     disagreements = only_first + only_second
     tail = sum(math.comb(disagreements, k) for k in range(min(only_first, only_second) + 1))
     return min(1.0, 2.0 * tail / 2.0**disagreements)
+
+
+def load_kernel(name: str) -> Any:
+    """The module ``kernels/<name>.py`` imported from the checkout as part of a package
+    (``pask_kernels``), so its relative imports work without an install of this project (the GPU
+    benchmark machine has torch and triton only)."""
+    import importlib
+    import importlib.util
+
+    if "pask_kernels" not in sys.modules:
+        folder = Path(__file__).resolve().parents[1] / "kernels"
+        spec = importlib.util.spec_from_file_location(
+            "pask_kernels", folder / "__init__.py", submodule_search_locations=[str(folder)]
+        )
+        package = importlib.util.module_from_spec(spec)
+        sys.modules["pask_kernels"] = package
+        spec.loader.exec_module(package)
+    return importlib.import_module(f"pask_kernels.{name}")

@@ -7,7 +7,9 @@
 #      whether Triton's results agree with them (within tolerance / bit for bit);
 #   3. bench/kernel_decode_attention.py: one decode layer (Qwen3-4B shapes, batch 64, 4K and 32K
 #      tokens) at full KV through the layer-group kernel, at about 0.33 of the bytes (k4v2, 2bit) and
-#      dropping to 0.33, against SDPA on contiguous KV, each checked against its torch reference.
+#      dropping to 0.33, against SDPA on contiguous KV, each checked against its torch reference;
+#   4. bench/structkv_prefill_stack.py: StructKV's prefill on 32 Llama-3.1-8B-shaped layers at 8K and
+#      32K tokens, full against the skeleton path (centrality, pivot statistics, the Triton gather).
 # Everything goes to $OUT (the device tool's folder that comes back; ./gpu_check_out without it):
 # env.txt, one .txt (the table) and one .json per benchmark, verdict.txt.
 # Exit status: 0 every Triton result agrees; 1 a result disagrees or a benchmark failed; 3 Triton
@@ -44,6 +46,14 @@ if ! env ${decode_args[0]:+TRITON_INTERPRET=1} timeout 180 "$PYTHON" bench/kerne
 fi
 cat "$OUT/kernel_decode_attention.txt"
 
+echo "== structkv_prefill_stack"
+if ! timeout 150 "$PYTHON" bench/structkv_prefill_stack.py ${decode_args[@]+"${decode_args[@]}"} \
+        --json "$OUT/structkv_prefill_stack.json" > "$OUT/structkv_prefill_stack.txt" 2>&1; then
+    echo "structkv_prefill_stack failed (exit status or timeout): see $OUT/structkv_prefill_stack.txt"
+    status=1
+fi
+cat "$OUT/structkv_prefill_stack.txt"
+
 for bench in kernel_window_scores kernel_skeleton_gather; do
     echo "== $bench"
     if ! timeout 240 "$PYTHON" "bench/$bench.py" ${shapes[@]+"${shapes[@]}"} --json "$OUT/$bench.json" > "$OUT/$bench.txt" 2>&1; then
@@ -59,7 +69,7 @@ from pathlib import Path
 
 out, status = Path(sys.argv[1]), int(sys.argv[2])
 agree = {"kernel_window_scores": "matches_reference", "kernel_skeleton_gather": "bitwise_equal",
-         "kernel_decode_attention": "matches_reference"}
+         "kernel_decode_attention": "matches_reference", "structkv_prefill_stack": "matches_full_at_ratio_1"}
 not_timed = False
 for bench, column in agree.items():
     path = out / f"{bench}.json"
@@ -68,6 +78,7 @@ for bench, column in agree.items():
         status = 1
         continue
     record = json.loads(path.read_text())
+    record.setdefault("triton_refused", record.get("refused"))
     bad = [row for row in record["rows"] if row[column] is False]
     for row in bad:
         print(f"  disagrees: {row}")

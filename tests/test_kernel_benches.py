@@ -43,7 +43,12 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "proc": proc,
         **{
             bench: json.loads((out / f"{bench}.json").read_text())
-            for bench in ("kernel_window_scores", "kernel_skeleton_gather", "kernel_decode_attention")
+            for bench in (
+                "kernel_window_scores",
+                "kernel_skeleton_gather",
+                "kernel_decode_attention",
+                "structkv_prefill_stack",
+            )
         },
     }
 
@@ -110,6 +115,17 @@ def check_triton_columns_of_decode(record: dict[str, Any]) -> None:
         assert record["triton_refused"] is None and all(timed)
     else:
         assert "no CUDA device" in record["triton_refused"] and not any(timed)
+
+
+def test_structkv_prefill_stack_checks_the_skeleton_path_against_the_full_one(dry_run):
+    record = dry_run["structkv_prefill_stack"]
+    assert len(record["rows"]) == 1 and record["rows"][0]["matches_full_at_ratio_1"] is True
+    row = record["rows"][0]
+    assert row["skeleton_tokens"] < row["context"]
+    if CUDA:
+        assert record["refused"] is None and row["ratio"] is not None
+    else:
+        assert "no CUDA device" in record["refused"] and row["full_ms"] is None
 
 
 def test_gpu_check_verdict_is_3_without_cuda_and_0_with_agreeing_kernels(dry_run):
