@@ -321,7 +321,7 @@ class PaskConfig:
         "readable at 2 bits, keys per channel and values per token in blocks of 32 tokens, in the group's own "
         "slots: --kv-budget is then the share kept at full precision, and each dropped token costs 3/16 of a "
         "bf16 slot) or 'k4v2' (the same with keys at 4 bits: 1/4 of a bf16 slot); the low-bit modes need "
-        "--kv-decode keep or lowbit and torch_native attention.",
+        "--kv-decode keep or lowbit.",
     )
     pask_policy: Optional[str] = _flag(
         None,

@@ -5,7 +5,8 @@
 - :func:`check_kv_plan`: the flags against the served model (its layers, context length and, for
   ``pask``, its policy file), in the launcher before the model loads.
 - :func:`structkv_prefill_flags`, :func:`attention_backend_flags`: the flags against SGLang's own,
-  in the launcher; they return the SGLang flags this project needs added.
+  in the launcher; they return the SGLang flags this project needs added;
+  :func:`check_kv_cache_dtype`: SGLang's quantized KV dtypes, refused.
 
 The rule a single flag's value must meet is in its row of the flag table (:mod:`sglang_pask.config`).
 """
@@ -102,6 +103,21 @@ def check_kv_plan(config: "PaskConfig", num_layers: int, context_len: int, model
         )
 
 
+#: Prefixes of SGLang's quantized ``--kv-cache-dtype`` values (fp8_e4m3, fp8_e5m2, fp4_e2m1, ...).
+QUANTIZED_KV_DTYPES = ("fp8", "fp4", "nvfp4", "mxfp4", "int8", "int4")
+
+
+def check_kv_cache_dtype(sglang_argv: list[str]) -> None:
+    """Refuse SGLang's quantized KV cache dtypes: the layer-group pool does not compose with them yet."""
+    dtype = flag_value(sglang_argv, "--kv-cache-dtype")
+    if dtype is not None and dtype.strip().lower().startswith(QUANTIZED_KV_DTYPES):
+        raise ConfigError(
+            f"--kv-cache-dtype {dtype}: the layer-group pool does not serve SGLang's quantized KV dtypes yet (it is "
+            "built and tested for KV in the model's dtype; its low-bit blocks are written bytewise into slots sized by "
+            "that element); drop the flag (for low-bit KV use --kv-dropped 2bit or k4v2)"
+        )
+
+
 def structkv_prefill_flags(config: "PaskConfig", sglang_argv: list[str]) -> list[str]:
     """SGLang flags StructKV needs: one extend per uncached prompt part, so chunked prefill is off
     (``--chunked-prefill-size -1``) unless the user chose a chunk size, which is refused. The segment
@@ -139,8 +155,7 @@ def attention_backend_flags(config: "PaskConfig", sglang_argv: list[str], gpu: b
     backend is ``triton`` on a GPU and ``torch_native`` on a CPU (StructKV runs on both). On a GPU,
     CUDA graphs are turned off (compression runs in Python between layers and the read lists change
     every step). On a CPU, triton runs only under Triton's interpreter (``TRITON_INTERPRET=1``), which
-    computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``. A low-bit ``--kv-dropped``
-    mode needs torch_native.
+    computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``.
     """
     used = []
     for flag in _BACKEND_FLAGS:
@@ -166,11 +181,6 @@ def attention_backend_flags(config: "PaskConfig", sglang_argv: list[str], gpu: b
 
 
 def _check_triton(config: "PaskConfig", sglang_argv: list[str], gpu: bool) -> None:
-    if config.kv_dropped != "drop":
-        raise ConfigError(
-            f"--kv-dropped {config.kv_dropped}: low-bit blocks are read by the torch_native attention "
-            "backend only; pass --attention-backend torch_native"
-        )
     if has_flag(sglang_argv, "--enable-deterministic-inference"):
         raise ConfigError(
             "--enable-deterministic-inference: SGLang's deterministic triton kernel reads the fresh "

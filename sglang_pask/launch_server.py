@@ -25,7 +25,12 @@ from pathlib import Path
 from typing import NoReturn, Optional
 
 from sglang_pask.config import ConfigError, PaskConfig, add_cli_args, from_namespace
-from sglang_pask.config_rules import attention_backend_flags, check_kv_plan, structkv_prefill_flags
+from sglang_pask.config_rules import (
+    attention_backend_flags,
+    check_kv_cache_dtype,
+    check_kv_plan,
+    structkv_prefill_flags,
+)
 from sglang_pask.sglang_argv import flag_value, has_flag
 
 PROG = "python -m sglang_pask.launch_server"
@@ -131,6 +136,7 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     config, sglang_argv = split_argv(argv)
     try:
         sglang_argv += structkv_prefill_flags(config, sglang_argv)
+        check_kv_cache_dtype(sglang_argv)
     except ConfigError as err:
         _fail(str(err))
     gpu = _gpu_available()

@@ -62,6 +62,7 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
             "--structkv-select segments: reads the vocabulary of the xgrammar grammar backend, got --grammar-backend outlines",
         ),
         (["--structkv", "--skip-tokenizer-init"], "--structkv-select segments: needs the tokenizer"),
+        (["--kv-cache-dtype", "fp8_e4m3"], "--kv-cache-dtype fp8_e4m3: the layer-group pool does not serve SGLang's"),
         (
             ["--kv-policy", "streaming-llm", "--kv-policy-args", "sinks=8"],
             "--kv-policy-args sinks=8: policy 'streaming-llm' has no option 'sinks'; its options: num_sinks",
@@ -220,12 +221,6 @@ def test_unchunked_prefill_on_cpu_gets_a_cpu_sized_static_memory_fraction(tiny_m
             {},
             "--page-size: layer groups on the triton backend read one-token pages only, got 16",
         ),
-        (
-            ["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-decode", "keep", "--kv-dropped", "2bit"],
-            True,
-            {},
-            "--kv-dropped 2bit: low-bit blocks are read by the torch_native attention backend only",
-        ),
     ],
 )
 def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, env, message, monkeypatch):
@@ -263,3 +258,14 @@ def test_attention_backend_defaults_triton_without_cuda_graphs_on_a_gpu_torch_na
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     config, sglang_argv = split_argv(["--attention-backend", "triton", "--dtype", "float32"])
     assert attention_backend_flags(config, sglang_argv, gpu=False) == []
+
+
+def test_low_bit_dropped_tokens_are_served_on_triton():
+    """The recommended function-call configuration gets the GPU's default backend (the fused decode kernel)."""
+    from sglang_pask.config_rules import attention_backend_flags
+    from sglang_pask.launch_server import split_argv
+
+    config, sglang_argv = split_argv(
+        ["--kv-policy", "snapkv", "--kv-budget", "0.02", "--kv-dropped", "k4v2", "--kv-decode", "lowbit"]
+    )
+    assert attention_backend_flags(config, sglang_argv, gpu=True)[:2] == ["--attention-backend", "triton"]

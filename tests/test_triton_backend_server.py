@@ -8,7 +8,10 @@ launcher refuses triton on a CPU otherwise). Checked, with greedy decoding:
 * pyramidkv at budget 0.33 (groups of different sizes, scores from the last-window queries): the
   triton backend keeps the same tokens and gives the same outputs as the torch_native backend, whose
   reads are tested against masked reference attention in ``test_layer_group_kv.py``;
-* every group's allocator is back where it started afterwards, and nothing raised.
+* every group's allocator is back where it started afterwards, and nothing raised;
+* the low-bit modes (``--kv-dropped k4v2 --kv-decode lowbit``, ``--kv-dropped 2bit --kv-decode keep``):
+  decode reads the blocks through the fused kernel, extends with low-bit tokens in a cached prefix are
+  gathered; outputs and kept sets (full-precision and low-bit positions) equal torch_native's.
 """
 
 from __future__ import annotations
@@ -123,3 +126,38 @@ def test_triton_servers_free_every_slot_and_never_raise(servers):
         usage = pool_usage(server)
         assert usage["tokens_in_use"] == 0 and [g["slots_in_use"] for g in usage["groups"]] == [0, 0]
         assert "Traceback" not in server.log_path.read_text(), server.log_tail(60)
+
+
+LOWBIT_MODES = {
+    "k4v2-lowbit": ["--kv-dropped", "k4v2", "--kv-decode", "lowbit"],
+    "2bit-keep": ["--kv-dropped", "2bit", "--kv-decode", "keep"],
+}
+
+
+@pytest.mark.parametrize("mode", list(LOWBIT_MODES))
+def test_low_bit_blocks_on_triton_keep_and_answer_as_torch_native(mode, tiny_model_dir, tmp_path):
+    """Snapkv at 0.2 in full, the rest low-bit, on each backend in turn: a shared system prompt (its
+    second use reads the first one's low-bit tokens from the radix cache, an extend over them) and an
+    answer of 40 tokens (with ``lowbit``, the answer's older tokens go to a block after 32)."""
+    flags = ["--model-path", str(tiny_model_dir), *FLOAT32, *GROUPS, "--kv-policy", "snapkv", "--kv-budget", "0.2"]
+    prompts = [SYSTEM + " ".join(WORDS * 3), SYSTEM + "Question: " + " ".join(WORDS[:6])]
+    results = {}
+    for backend, extra, env in (("triton", ["--attention-backend", "triton"], INTERPRETER), ("torch", [], {})):
+        server = ServerProcess([*flags, *LOWBIT_MODES[mode], *extra], tmp_path / f"{backend}.log", env=env)
+        server.wait_ready(timeout_s=300)
+        try:
+            answers = [
+                generate(server, text, timeout=600, max_new_tokens=40, ignore_eos=True, return_kv_kept=True)
+                for text in prompts
+            ]
+            results[backend] = [(r["output_ids"], r["meta_info"]["kv_stats"]) for r in answers]
+            wait_idle_and_flush(server)
+            usage = pool_usage(server)
+            assert usage["tokens_in_use"] == 0 and [g["slots_in_use"] for g in usage["groups"]] == [0, 0]
+            assert "Traceback" not in server.log_path.read_text(), server.log_tail(60)
+        finally:
+            server.stop()
+    assert results["triton"] == results["torch"]
+    first, second = (stats for _, stats in results["triton"])
+    assert all(count > 0 for count in first["lowbit_tokens"])  # the blocks were read in decode
+    assert any(p < second["full_tokens"] for group in second["lowbit_positions"] for p in group)

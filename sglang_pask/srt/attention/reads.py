@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import torch
+from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask.kernels.window_scores import sequence_window_scores
 from sglang_pask.kvpool import probe as probes
@@ -104,24 +105,89 @@ class LayerGroupReads:
         self._reads[group] = lists
         return lists
 
-    def _lowbit_kv(
-        self, index: int, group: int, layer_id: int, dtype: torch.dtype
-    ) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
-        """Request ``index``'s low-bit tokens in layer ``layer_id`` (a low-bit ``--kv-dropped`` mode), dequantized to
-        ``dtype``: keys and values ``(kv_heads, t, head_dim)``; None when it has none there. They are
-        all positions before the step's fresh tokens (its cached prefix, shared or not), which the
-        causal mask needs last. Located once per forward and group."""
+    def _attend_gathered(
+        self, q: torch.Tensor, layer: Any, group: int, is_extend: bool, prune: Optional[StructKVPass]
+    ) -> torch.Tensor:
+        """Attend each request over its group's read list and its low-bit tokens (dequantized),
+        gathered and run through SDPA one request at a time, and feed what it read to the probe, the
+        StructKV pass and the policy. The step's K/V must be written already.
+
+        ``q``: ``(tokens, q_heads * head_dim)``; returns ``(tokens, q_heads * v_head_dim)``. With a
+        StructKV pass, ``tokens`` are the pass's current rows.
+        """
+        output = q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim))
+        queries = q.view(-1, layer.tp_q_head_num, layer.qk_head_dim).movedim(0, 1)
+        outputs = output.view(-1, layer.tp_q_head_num, layer.v_head_dim)
+        pool: LayerGroupMHAKVPool = self.token_to_kv_pool  # type: ignore[assignment]
+        k_cache = pool.get_key_buffer(layer.layer_id)
+        v_cache = pool.get_value_buffer(layer.layer_id)
+        score = self._scores_needed(prune, is_extend)
+        start = 0
+        for index, (read, new) in enumerate(zip(self._read_lists(group), self._row_counts(prune))):
+            positions, physical = self._readable(index, read, prune, layer.layer_id)
+            query = queries[:, start : start + new, :]
+            keys = k_cache[physical].movedim(0, 1)
+            values = v_cache[physical].movedim(0, 1)
+            if keys.dtype != query.dtype:
+                keys, values = keys.to(query.dtype), values.to(query.dtype)
+            read_keys, read_values = keys, values
+            lowbit = self._lowbit_kv(index, group, layer.layer_id, query.dtype)
+            if lowbit is not None:
+                read_keys, read_values = torch.cat((lowbit[0], keys), dim=1), torch.cat((lowbit[1], values), dim=1)
+            total = read_keys.shape[1]
+            if is_extend:
+                # SGLang's shape: queries placed after the read prefix, causal over the whole list.
+                padded = query.new_empty((query.shape[0], total, query.shape[2]))
+                padded[:, total - new :, :] = query
+                out = scaled_dot_product_attention(
+                    padded.unsqueeze(0),
+                    read_keys.unsqueeze(0),
+                    read_values.unsqueeze(0),
+                    enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
+                    scale=layer.scaling,
+                    is_causal=True,
+                )[0, :, total - new :, :]
+            else:
+                out = scaled_dot_product_attention(
+                    query.unsqueeze(0),
+                    read_keys.unsqueeze(0),
+                    read_values.unsqueeze(0),
+                    enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
+                    scale=layer.scaling,
+                    is_causal=False,
+                )[0]
+            outputs[start : start + new] = out.movedim(0, 1)
+            # The policy scores, and the probe measures, the full-precision read list only.
+            self._observe(index, group, layer, query, keys, values, positions, is_extend, prune, score)
+            start += new
+        return output
+
+    def _lowbit_located(self, group: int) -> list[Optional[LocatedTokens]]:
+        """Per request of the batch, its low-bit tokens in ``group`` (all before the step's fresh
+        tokens), None where it has none; all None without a low-bit ``--kv-dropped`` mode. Located
+        once per forward and group."""
         if self.lowbit is None:
-            return None
+            return [None] * len(self._batch)
         located = self._lowbit_reads.get(group)
         if located is None:
             req_to_token = self.req_to_token_pool.req_to_token
             located = self._lowbit_reads[group] = [
                 self.lowbit.locate(group, req_to_token[row, :prefix_len]) for row, _, prefix_len, _ in self._batch
             ]
-        if located[index] is None:
+        return located
+
+    def _lowbit_kv(
+        self, index: int, group: int, layer_id: int, dtype: torch.dtype
+    ) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """Request ``index``'s low-bit tokens in layer ``layer_id`` (a low-bit ``--kv-dropped`` mode), dequantized to
+        ``dtype``: keys and values ``(kv_heads, t, head_dim)``; None when it has none there. They are
+        all positions before the step's fresh tokens (its cached prefix, shared or not), which the
+        causal mask needs last."""
+        located = self._lowbit_located(group)[index]
+        if located is None:
             return None
-        keys, values = self.lowbit.read(located[index], layer_id)
+        assert self.lowbit is not None
+        keys, values = self.lowbit.read(located, layer_id)
         return keys.to(dtype).movedim(0, 1), values.to(dtype).movedim(0, 1)
 
     def _row_counts(self, prune: Optional[StructKVPass]) -> list[int]:

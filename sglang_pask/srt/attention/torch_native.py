@@ -34,10 +34,8 @@ from typing import Any, Optional
 import torch
 from sglang.srt.layers.attention.torch_native_backend import TorchNativeAttnBackend
 from sglang.srt.mem_cache.memory_pool import KVWriteLoc
-from torch.nn.functional import scaled_dot_product_attention
 
 from sglang_pask.srt.attention.reads import LayerGroupReads, refuse_unsupported_layer
-from sglang_pask.srt.pool import LayerGroupMHAKVPool
 from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass
 
 
@@ -86,51 +84,6 @@ class LayerGroupTorchNativeAttnBackend(LayerGroupReads, TorchNativeAttnBackend):
             out_cache_loc = prune.out_cache_loc
         if save_kv_cache and k is not None and v is not None:
             self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(out_cache_loc, None), k, v)
-        output = q.new_empty((q.shape[0], layer.tp_q_head_num * layer.v_head_dim))
-        queries = q.view(-1, layer.tp_q_head_num, layer.qk_head_dim).movedim(0, 1)
-        outputs = output.view(-1, layer.tp_q_head_num, layer.v_head_dim)
-        pool: LayerGroupMHAKVPool = self.token_to_kv_pool  # type: ignore[assignment]
-        group = self._layer_group(layer)
-        k_cache = pool.get_key_buffer(layer.layer_id)
-        v_cache = pool.get_value_buffer(layer.layer_id)
-        score = self._scores_needed(prune, is_extend)
-        start = 0
-        for index, (read, new) in enumerate(zip(self._read_lists(group), self._row_counts(prune))):
-            positions, physical = self._readable(index, read, prune, layer.layer_id)
-            query = queries[:, start : start + new, :]
-            keys = k_cache[physical].movedim(0, 1)
-            values = v_cache[physical].movedim(0, 1)
-            if keys.dtype != query.dtype:
-                keys, values = keys.to(query.dtype), values.to(query.dtype)
-            read_keys, read_values = keys, values
-            lowbit = self._lowbit_kv(index, group, layer.layer_id, query.dtype)
-            if lowbit is not None:
-                read_keys, read_values = torch.cat((lowbit[0], keys), dim=1), torch.cat((lowbit[1], values), dim=1)
-            total = read_keys.shape[1]
-            if is_extend:
-                # SGLang's shape: queries placed after the read prefix, causal over the whole list.
-                padded = query.new_empty((query.shape[0], total, query.shape[2]))
-                padded[:, total - new :, :] = query
-                out = scaled_dot_product_attention(
-                    padded.unsqueeze(0),
-                    read_keys.unsqueeze(0),
-                    read_values.unsqueeze(0),
-                    enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
-                    scale=layer.scaling,
-                    is_causal=True,
-                )[0, :, total - new :, :]
-            else:
-                out = scaled_dot_product_attention(
-                    query.unsqueeze(0),
-                    read_keys.unsqueeze(0),
-                    read_values.unsqueeze(0),
-                    enable_gqa=layer.tp_q_head_num != layer.tp_k_head_num,
-                    scale=layer.scaling,
-                    is_causal=False,
-                )[0]
-            outputs[start : start + new] = out.movedim(0, 1)
-            # The policy scores, and the probe measures, the full-precision read list only.
-            self._observe(index, group, layer, query, keys, values, positions, is_extend, prune, score)
-            start += new
+        output = self._attend_gathered(q, layer, self._layer_group(layer), is_extend, prune)
         self._end_layer(layer, is_extend, prune)
         return output

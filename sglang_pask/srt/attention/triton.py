@@ -38,7 +38,10 @@ from sglang.srt.layers.attention.triton_backend import (
     ForwardMetadata,
     TritonAttnBackend,
 )
+from sglang.srt.mem_cache.memory_pool import KVWriteLoc
 
+from sglang_pask.kernels.kv_lowbit import BLOCK_TOKENS
+from sglang_pask.kernels.lowbit_decode_attention import lowbit_decode_attention_triton
 from sglang_pask.srt.attention.reads import LayerGroupReads, refuse_unsupported_layer
 from sglang_pask.srt.pool import LayerGroupMHAKVPool
 from sglang_pask.structkv.forward_pass import PASS_ATTRIBUTE, StructKVPass
@@ -55,6 +58,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         self._stock_metadata: Optional[ForwardMetadata] = None
         self._group_metadata: dict[int, ForwardMetadata] = {}
         self._pruned: dict[tuple[int, tuple[int, ...]], ForwardMetadata] = {}
+        self._block_lists: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
 
     def init_forward_metadata(self, forward_batch: Any) -> None:
         super().init_forward_metadata(forward_batch)
@@ -69,6 +73,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
         self._stock_metadata = self.forward_metadata
         self._group_metadata = {}
         self._pruned = {}
+        self._block_lists = {}
 
     def _metadata_of_group(self, group: int, is_extend: bool) -> ForwardMetadata:
         """SGLang's metadata of this forward with ``kv_indptr`` ``(batch + 1,)`` int32 and
@@ -123,6 +128,10 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
             )
         group = self._layer_group(layer)
         prune: Optional[StructKVPass] = getattr(forward_batch, PASS_ATTRIBUTE, None) if is_extend else None
+        if any(located is not None for located in self._lowbit_located(group)):
+            output = self._attend_with_lowbit(q, k, v, layer, forward_batch, save_kv_cache, group, is_extend)
+            self._end_layer(layer, is_extend, prune)
+            return output
         metadata = self._metadata_of_group(group, is_extend)
         stock_loc = forward_batch.out_cache_loc
         if prune is not None:
@@ -146,6 +155,89 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
             self._observe_layer(q, layer, group, is_extend, score, prune)
         self._end_layer(layer, is_extend, prune)
         return output
+
+    def _attend_with_lowbit(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        layer: Any,
+        forward_batch: Any,
+        save_kv_cache: bool,
+        group: int,
+        is_extend: bool,
+    ) -> torch.Tensor:
+        """A step of a batch some of whose requests read low-bit tokens in ``group``: the step's K/V
+        written, then a decode through the fused kernel over each request's full-precision slots and
+        low-bit blocks (:meth:`_decode_fused`), or an extend over the read lists gathered with the
+        low-bit tokens dequantized (:meth:`_attend_gathered`, as on torch_native).
+
+        ``q``: ``(tokens, q_heads * head_dim)``; returns ``(tokens, q_heads * v_head_dim)``.
+        """
+        if save_kv_cache:
+            self.token_to_kv_pool.set_kv_buffer(layer, KVWriteLoc(forward_batch.out_cache_loc, None), k, v)
+        if is_extend:
+            return self._attend_gathered(q, layer, group, True, None)
+        output = self._decode_fused(q, layer, group)
+        if self._scores_needed(None, False):
+            self._observe_layer(q, layer, group, False, True, None)
+        return output
+
+    def _decode_fused(self, q: torch.Tensor, layer: Any, group: int) -> torch.Tensor:
+        """One decode step of ``layer`` by :func:`~sglang_pask.kernels.lowbit_decode_attention.lowbit_decode_attention_triton`:
+        ``q`` ``(batch, q_heads * head_dim)`` -> ``(batch, q_heads * v_head_dim)``."""
+        if layer.logit_cap is not None and layer.logit_cap > 0:
+            raise NotImplementedError(
+                f"sglang-pask's low-bit decode kernel has no logit capping (layer {layer.layer_id})"
+            )
+        assert self.lowbit is not None
+        pool: LayerGroupMHAKVPool = self.token_to_kv_pool  # type: ignore[assignment]
+        metadata = self._metadata_of_group(group, False)
+        block_indptr, block_slots, block_masks = self._lowbit_block_lists(group)
+        out = lowbit_decode_attention_triton(
+            q.reshape(-1, layer.tp_q_head_num, layer.qk_head_dim),
+            pool.get_key_buffer(layer.layer_id),
+            pool.get_value_buffer(layer.layer_id),
+            metadata.kv_indptr,
+            metadata.kv_indices,
+            block_indptr,
+            block_slots,
+            block_masks,
+            self.lowbit.format.key_bits,
+            self.lowbit.format.value_bits,
+            layer.scaling,
+        )
+        return out.reshape(-1, layer.tp_q_head_num * layer.v_head_dim)
+
+    def _lowbit_block_lists(self, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The batch's low-bit blocks in ``group`` as the fused kernel takes them: ``block_indptr``
+        ``(batch + 1,)`` int32, ``block_slots`` ``(blocks, rows_per_block)`` int64 and ``block_masks``
+        ``(blocks,)`` int64 (bit ``p``: the request reads place ``p`` of the block). Built once per
+        forward and group."""
+        found = self._block_lists.get(group)
+        if found is not None:
+            return found
+        assert self.lowbit is not None
+        rows = self.lowbit.rows_per_block
+        device = self.req_to_token_pool.req_to_token.device
+        slots, masks, counts = [], [], [0]
+        for located in self._lowbit_located(group):
+            if located is None:
+                counts.append(counts[-1])
+                continue
+            blocks = located.slots.view(-1, rows)
+            which, place = located.index // BLOCK_TOKENS, located.index % BLOCK_TOKENS
+            bits = torch.ones_like(place) << place
+            masks.append(torch.zeros(blocks.shape[0], dtype=torch.int64, device=device).index_add_(0, which, bits))
+            slots.append(blocks)
+            counts.append(counts[-1] + blocks.shape[0])
+        found = (
+            torch.tensor(counts, dtype=torch.int32, device=device),
+            torch.cat(slots) if slots else torch.zeros((0, rows), dtype=torch.int64, device=device),
+            torch.cat(masks) if masks else torch.zeros(0, dtype=torch.int64, device=device),
+        )
+        self._block_lists[group] = found
+        return found
 
     @staticmethod
     def _pruned_metadata(metadata: ForwardMetadata, prune: StructKVPass) -> ForwardMetadata:
@@ -188,7 +280,6 @@ def _refuse_unsupported_backend(backend: TritonAttnBackend) -> None:
         "diffusion LLM attention": backend.dllm_attention is not None,
         "sliding-window attention": backend.sliding_window_size is not None and backend.sliding_window_size > 0,
         f"page size {backend.page_size}": backend.page_size != 1,
-        "low-bit dropped tokens (--kv-dropped 2bit, k4v2)": backend.lowbit is not None,
     }
     found = [name for name, present in unsupported.items() if present]
     if found:
