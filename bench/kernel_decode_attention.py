@@ -84,7 +84,7 @@ def build_inputs(
     heads, dim = args.kv_heads, args.head_dim
     lowbit_tokens = context - full_tokens if bits else 0
     blocks = -(-lowbit_tokens // kv_lowbit.BLOCK_TOKENS)
-    rows = decode.rows_per_block(*bits, torch.finfo(dtype).bits // 8) if bits else 1
+    rows = kv_lowbit.rows_per_block(*bits, torch.finfo(dtype).bits // 8) if bits else 1
     slots = batch * (full_tokens + blocks * rows) + 1
     k_buffer = torch.randn(slots, heads, dim, device=device, dtype=dtype, generator=gen)
     v_buffer = torch.randn(slots, heads, dim, device=device, dtype=dtype, generator=gen)
@@ -127,7 +127,7 @@ def bytes_share(context: int, full_tokens: int, bits: tuple[int, int] | None, it
     if not bits:
         return full_tokens / context
     blocks = -(-(context - full_tokens) // kv_lowbit.BLOCK_TOKENS)
-    return (full_tokens + blocks * decode.rows_per_block(*bits, itemsize)) / context
+    return (full_tokens + blocks * kv_lowbit.rows_per_block(*bits, itemsize)) / context
 
 
 def cuda_median_ms(fn: Callable[[], object], repeats: int) -> float:

@@ -51,6 +51,18 @@ def packed_part_bytes(heads: int, head_dim: int, bits: int) -> int:
     return (4 * bits + 4) * heads * head_dim
 
 
+def rows_per_block(key_bits: int, value_bits: int, itemsize: int) -> int:
+    """Slots of a pool one block of keys at ``key_bits`` and values at ``value_bits`` takes when each
+    slot holds a row of ``heads * head_dim`` elements of ``itemsize`` bytes in each of K and V:
+    ``(2 * (key_bits + value_bits) + 4) / itemsize``."""
+    check_bits(key_bits)
+    check_bits(value_bits)
+    per_channel = 2 * (key_bits + value_bits) + 4
+    if itemsize not in (1, 2, 4) or per_channel % itemsize:
+        raise ValueError(f"low-bit blocks need a KV element of 1, 2 or 4 bytes, got {itemsize}")
+    return per_channel // itemsize
+
+
 def check_head_dim(head_dim: int) -> None:
     """Raise ``ValueError`` unless values can be grouped by :data:`GROUP_CHANNELS` channels."""
     if head_dim % GROUP_CHANNELS != 0:

@@ -33,19 +33,11 @@ from .kv_lowbit import (
     dequantize_key_blocks,
     dequantize_value_blocks,
     packed_part_bytes,
+    rows_per_block,
 )
 
 #: Splits of a long row in stage 1 (SGLang's decode kernel uses 8 by default).
 DEFAULT_SPLITS = 8
-
-
-def rows_per_block(key_bits: int, value_bits: int, itemsize: int) -> int:
-    """Physical slots one block takes in buffers of ``itemsize``-byte elements
-    (:meth:`sglang_pask.kvpool.lowbit.BlockFormat.rows_per_block`)."""
-    per_channel = 2 * (key_bits + value_bits) + 4
-    if per_channel % itemsize:
-        raise ValueError(f"low-bit blocks need a KV element of 1, 2 or 4 bytes, got {itemsize}")
-    return per_channel // itemsize
 
 
 def block_bytes(k_buffer: torch.Tensor, v_buffer: torch.Tensor, block_slots: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,7 @@ from sglang_pask.kernels.kv_lowbit import (
     pad_block,
     quantize_key_blocks,
     quantize_value_blocks,
+    rows_per_block,
 )
 
 
@@ -61,10 +62,7 @@ class BlockFormat:
         """Physical slots one block of :data:`BLOCK_TOKENS` tokens takes in a pool whose K/V elements
         have ``itemsize`` bytes: ``(2 * (key_bits + value_bits) + 4) / itemsize`` (a slot's row is
         ``heads * head_dim`` elements in each of K and V)."""
-        per_channel = 2 * (self.key_bits + self.value_bits) + 4
-        if itemsize not in (1, 2, 4) or per_channel % itemsize:
-            raise ValueError(f"low-bit blocks need a KV element of 1, 2 or 4 bytes, got {itemsize}")
-        return per_channel // itemsize
+        return rows_per_block(self.key_bits, self.value_bits, itemsize)
 
     def storage_budget(self, budget: float, itemsize: int) -> float:
         """A group's share of full KV's slots when it keeps ``budget`` of a request's tokens in full and

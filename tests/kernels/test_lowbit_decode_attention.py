@@ -18,11 +18,16 @@ import pytest
 import torch
 from interpreter_child import run_in_interpreter
 
-from sglang_pask.kernels.kv_lowbit import BLOCK_TOKENS, pad_block, quantize_key_blocks, quantize_value_blocks
+from sglang_pask.kernels.kv_lowbit import (
+    BLOCK_TOKENS,
+    pad_block,
+    quantize_key_blocks,
+    quantize_value_blocks,
+    rows_per_block,
+)
 from sglang_pask.kernels.lowbit_decode_attention import (
     lowbit_decode_attention_reference,
     lowbit_decode_attention_triton,
-    rows_per_block,
 )
 
 SEED = int(os.environ.get("LOWBIT_DECODE_SEED", secrets.randbits(31)))
