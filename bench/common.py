@@ -251,3 +251,22 @@ def load_kernel(name: str) -> Any:
         sys.modules["pask_kernels"] = package
         spec.loader.exec_module(package)
     return importlib.import_module(f"pask_kernels.{name}")
+
+
+def cuda_median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> float:
+    """Median time of ``fn`` on the current CUDA device in milliseconds, by CUDA events around each
+    of ``repeats`` calls after ``warmup`` calls (which also compile)."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)

@@ -34,18 +34,17 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.common import kernel_run_meta, load_kernel, optional_cell, triton_refusal  # noqa: E402
+from bench.common import cuda_median_ms, kernel_run_meta, load_kernel, optional_cell, triton_refusal  # noqa: E402
 from sglang_pask.cli_paths import output_file  # noqa: E402
 
 decode = load_kernel("lowbit_decode_attention")
@@ -128,22 +127,6 @@ def bytes_share(context: int, full_tokens: int, bits: tuple[int, int] | None, it
         return full_tokens / context
     blocks = -(-(context - full_tokens) // kv_lowbit.BLOCK_TOKENS)
     return (full_tokens + blocks * kv_lowbit.rows_per_block(*bits, itemsize)) / context
-
-
-def cuda_median_ms(fn: Callable[[], object], repeats: int) -> float:
-    """Median time of ``fn`` in milliseconds by CUDA events, after three warm-up calls."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
 
 
 def check(inputs: dict[str, Any], requests: int) -> tuple[float, bool]:

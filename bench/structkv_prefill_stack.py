@@ -29,11 +29,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.nn.functional import scaled_dot_product_attention, silu
@@ -41,7 +39,7 @@ from torch.nn.functional import scaled_dot_product_attention, silu
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from bench.common import kernel_run_meta, load_kernel, optional_cell  # noqa: E402
+from bench.common import cuda_median_ms, kernel_run_meta, load_kernel, optional_cell  # noqa: E402
 from sglang_pask.cli_paths import output_file  # noqa: E402
 from sglang_pask.structkv import CentralityAccumulator, layer_statistics, pooled_skeleton  # noqa: E402
 from sglang_pask.structkv.pivot import transition_scores  # noqa: E402
@@ -138,20 +136,6 @@ def skeleton_prefill(
     return hidden, kept.positions
 
 
-def cuda_median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def bench_context(context: int, args: argparse.Namespace, device: torch.device, timed: bool) -> Row:
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     stack = LayerStack(args, device, dtype)
@@ -166,8 +150,8 @@ def bench_context(context: int, args: argparse.Namespace, device: torch.device, 
         skeleton_tokens = skeleton_prefill(stack, hidden, args)[1].numel()
         full_ms = skeleton_ms = None
         if timed:
-            full_ms = cuda_median_ms(lambda: full_prefill(stack, hidden, args.layers), args.repeats)
-            skeleton_ms = cuda_median_ms(lambda: skeleton_prefill(stack, hidden, args), args.repeats)
+            full_ms = cuda_median_ms(lambda: full_prefill(stack, hidden, args.layers), args.repeats, warmup=1)
+            skeleton_ms = cuda_median_ms(lambda: skeleton_prefill(stack, hidden, args), args.repeats, warmup=1)
     return Row(
         context,
         args.layers,

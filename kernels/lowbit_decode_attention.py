@@ -142,6 +142,20 @@ def _block_half(offset, slots_base, k_bytes, v_bytes, ROWS: tl.constexpr, ROW_BY
 
 
 @triton.jit
+def _attend_tile(query, keys, values, visible, sm_scale, best, total, acc):
+    """One step of the online softmax: the queries ``(G, D)`` attend the tile's ``visible`` keys and
+    values ``(N, D)``; ``best`` and ``total`` ``(G,)`` (running maximum and sum) and ``acc`` ``(G, D)``
+    are updated and returned. A tile has at least one visible token."""
+    logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
+    logits = tl.where(visible[None, :], logits, float("-inf"))
+    new_best = tl.maximum(best, tl.max(logits, axis=1))
+    rescale = tl.exp(best - new_best)
+    weights = tl.where(visible[None, :], tl.exp(logits - new_best[:, None]), 0.0)
+    acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values).to(tl.float32)
+    return new_best, total * rescale + tl.sum(weights, axis=1), acc
+
+
+@triton.jit
 def _decode_stage1(
     q,
     k_buffer,
@@ -203,14 +217,7 @@ def _decode_stage1(
         values = tl.load(
             v_buffer + slot[:, None] * stride_vs + kv_head * stride_vh + d[None, :], mask=ok[:, None], other=0.0
         )
-        logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
-        logits = tl.where(ok[None, :], logits, float("-inf"))
-        new_best = tl.maximum(best, tl.max(logits, axis=1))
-        rescale = tl.exp(best - new_best)
-        weights = tl.exp(logits - new_best[:, None])
-        acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values).to(tl.float32)
-        total = total * rescale + tl.sum(weights, axis=1)
-        best = new_best
+        best, total, acc = _attend_tile(query, keys, values, ok, sm_scale, best, total, acc)
 
     # Low-bit blocks: this split's share of the request's blocks, dequantized in registers.
     block_start = tl.load(block_indptr + b)
@@ -256,15 +263,7 @@ def _decode_stage1(
             key_part + value_code_bytes + value_params + param, slots_base, k_bytes, v_bytes, ROWS, ROW_BYTES
         )
         values = (value_codes.to(tl.float32) * value_scale + value_zero).to(query.dtype)
-        logits = tl.dot(query, tl.trans(keys.to(query.dtype))).to(tl.float32) * sm_scale
-        logits = tl.where(read[None, :], logits, float("-inf"))
-        new_best = tl.maximum(best, tl.max(logits, axis=1))
-        rescale = tl.exp(best - new_best)
-        weights = tl.exp(logits - new_best[:, None])
-        weights = tl.where(read[None, :], weights, 0.0)
-        acc = acc * rescale[:, None] + tl.dot(weights.to(values.dtype), values).to(tl.float32)
-        total = total * rescale + tl.sum(weights, axis=1)
-        best = new_best
+        best, total, acc = _attend_tile(query, keys, values, read, sm_scale, best, total, acc)
 
     nonempty = total > 0
     out = acc / tl.where(nonempty, total, 1.0)[:, None]
