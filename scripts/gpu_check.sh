@@ -8,7 +8,9 @@
 #   3. bench/kernel_decode_attention.py: one decode layer (Qwen3-4B shapes, batch 64, 4K and 32K
 #      tokens) at full KV through the layer-group kernel, at about 0.33 of the bytes (k4v2, 2bit) and
 #      dropping to 0.33, against SDPA on contiguous KV, each checked against its torch reference;
-#   4. bench/structkv_prefill_stack.py: StructKV's prefill on 32 Llama-3.1-8B-shaped layers at 8K and
+#   4. bench/decode_step_graph.py: a captured decode step of 36 Qwen3-4B-shaped layers (batch 64 x 4K),
+#      attention by SDPA on contiguous KV, by the layer-group kernel at budget 1.0 and at k4v2;
+#   5. bench/structkv_prefill_stack.py: StructKV's prefill on 32 Llama-3.1-8B-shaped layers at 8K and
 #      32K tokens, full against the skeleton path (centrality, pivot statistics, the Triton gather).
 # Everything goes to $OUT (the device tool's folder that comes back; ./gpu_check_out without it):
 # env.txt, one .txt (the table) and one .json per benchmark, verdict.txt.
@@ -46,6 +48,14 @@ if ! env ${decode_args[0]:+TRITON_INTERPRET=1} timeout 180 "$PYTHON" bench/kerne
 fi
 cat "$OUT/kernel_decode_attention.txt"
 
+echo "== decode_step_graph"
+if ! env ${decode_args[0]:+TRITON_INTERPRET=1} timeout 150 "$PYTHON" bench/decode_step_graph.py \
+        ${decode_args[@]+"${decode_args[@]}"} --json "$OUT/decode_step_graph.json" > "$OUT/decode_step_graph.txt" 2>&1; then
+    echo "decode_step_graph failed (exit status or timeout): see $OUT/decode_step_graph.txt"
+    status=1
+fi
+cat "$OUT/decode_step_graph.txt"
+
 echo "== structkv_prefill_stack"
 if ! timeout 150 "$PYTHON" bench/structkv_prefill_stack.py ${decode_args[@]+"${decode_args[@]}"} \
         --json "$OUT/structkv_prefill_stack.json" > "$OUT/structkv_prefill_stack.txt" 2>&1; then
@@ -69,7 +79,8 @@ from pathlib import Path
 
 out, status = Path(sys.argv[1]), int(sys.argv[2])
 agree = {"kernel_window_scores": "matches_reference", "kernel_skeleton_gather": "bitwise_equal",
-         "kernel_decode_attention": "matches_reference", "structkv_prefill_stack": "matches_full_at_ratio_1"}
+         "kernel_decode_attention": "matches_reference", "structkv_prefill_stack": "matches_full_at_ratio_1",
+         "decode_step_graph": "matches_stock"}
 not_timed = False
 for bench, column in agree.items():
     path = out / f"{bench}.json"

@@ -48,6 +48,7 @@ def dry_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                 "kernel_skeleton_gather",
                 "kernel_decode_attention",
                 "structkv_prefill_stack",
+                "decode_step_graph",
             )
         },
     }
@@ -126,6 +127,14 @@ def test_structkv_prefill_stack_checks_the_skeleton_path_against_the_full_one(dr
         assert record["refused"] is None and row["ratio"] is not None
     else:
         assert "no CUDA device" in record["refused"] and row["full_ms"] is None
+
+
+def test_decode_step_graph_compares_the_layer_group_kernel_with_stock_attention(dry_run):
+    record = dry_run["decode_step_graph"]
+    assert [row["config"] for row in record["rows"]] == ["stock", "pergroup_full", "k4v2"]
+    assert record["rows"][1]["matches_stock"] is True
+    timed = [row["step_ms"] is not None for row in record["rows"]]
+    assert all(timed) if CUDA else (not any(timed) and "no CUDA device" in record["refused"])
 
 
 def test_gpu_check_verdict_is_3_without_cuda_and_0_with_agreeing_kernels(dry_run):
