@@ -12,6 +12,7 @@
 #      attention by SDPA on contiguous KV, by the layer-group kernel at budget 1.0 and at k4v2;
 #   5. bench/structkv_prefill_stack.py: StructKV's prefill on 32 Llama-3.1-8B-shaped layers at 8K and
 #      32K tokens, full against the skeleton path (centrality, pivot statistics, the Triton gather).
+# Each benchmark has its own time limit (110 + 80 + 110 + 2 x 85 s: under 8 minutes in all).
 # Everything goes to $OUT (the device tool's folder that comes back; ./gpu_check_out without it):
 # env.txt, one .txt (the table) and one .json per benchmark, verdict.txt.
 # Exit status: 0 every Triton result agrees; 1 a result disagrees or a benchmark failed; 3 Triton
@@ -40,7 +41,7 @@ if [ -n "${SHAPES:-}" ] && ! "$PYTHON" -c "import torch, sys; sys.exit(not torch
     decode_args=(--dry-run)
 fi
 echo "== kernel_decode_attention"
-if ! env ${decode_args[0]:+TRITON_INTERPRET=1} timeout 180 "$PYTHON" bench/kernel_decode_attention.py \
+if ! env ${decode_args[0]:+TRITON_INTERPRET=1} timeout 110 "$PYTHON" bench/kernel_decode_attention.py \
         ${decode_args[@]+"${decode_args[@]}"} --json "$OUT/kernel_decode_attention.json" \
         > "$OUT/kernel_decode_attention.txt" 2>&1; then
     echo "kernel_decode_attention failed (exit status or timeout): see $OUT/kernel_decode_attention.txt"
@@ -49,7 +50,7 @@ fi
 cat "$OUT/kernel_decode_attention.txt"
 
 echo "== decode_step_graph"
-if ! env ${decode_args[0]:+TRITON_INTERPRET=1} timeout 150 "$PYTHON" bench/decode_step_graph.py \
+if ! env ${decode_args[0]:+TRITON_INTERPRET=1} timeout 80 "$PYTHON" bench/decode_step_graph.py \
         ${decode_args[@]+"${decode_args[@]}"} --json "$OUT/decode_step_graph.json" > "$OUT/decode_step_graph.txt" 2>&1; then
     echo "decode_step_graph failed (exit status or timeout): see $OUT/decode_step_graph.txt"
     status=1
@@ -57,7 +58,7 @@ fi
 cat "$OUT/decode_step_graph.txt"
 
 echo "== structkv_prefill_stack"
-if ! timeout 150 "$PYTHON" bench/structkv_prefill_stack.py ${decode_args[@]+"${decode_args[@]}"} \
+if ! timeout 110 "$PYTHON" bench/structkv_prefill_stack.py ${decode_args[@]+"${decode_args[@]}"} \
         --json "$OUT/structkv_prefill_stack.json" > "$OUT/structkv_prefill_stack.txt" 2>&1; then
     echo "structkv_prefill_stack failed (exit status or timeout): see $OUT/structkv_prefill_stack.txt"
     status=1
@@ -66,7 +67,7 @@ cat "$OUT/structkv_prefill_stack.txt"
 
 for bench in kernel_window_scores kernel_skeleton_gather; do
     echo "== $bench"
-    if ! timeout 240 "$PYTHON" "bench/$bench.py" ${shapes[@]+"${shapes[@]}"} --json "$OUT/$bench.json" > "$OUT/$bench.txt" 2>&1; then
+    if ! timeout 85 "$PYTHON" "bench/$bench.py" ${shapes[@]+"${shapes[@]}"} --json "$OUT/$bench.json" > "$OUT/$bench.txt" 2>&1; then
         echo "$bench failed (exit status or timeout): see $OUT/$bench.txt"
         status=1
     fi
