@@ -6,7 +6,8 @@
   ``pask``, its policy file), in the launcher before the model loads.
 - :func:`structkv_prefill_flags`, :func:`attention_backend_flags`: the flags against SGLang's own,
   in the launcher; they return the SGLang flags this project needs added;
-  :func:`check_kv_cache_dtype`: SGLang's quantized KV dtypes, refused.
+  :func:`check_kv_cache_dtype`: SGLang's quantized KV dtypes, refused;
+- :func:`check_sglang_version`: the installed SGLang against the pinned one.
 
 The rule a single flag's value must meet is in its row of the flag table (:mod:`sglang_pask.config`).
 """
@@ -14,13 +15,21 @@ The rule a single flag's value must meet is in its row of the flag table (:mod:`
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Optional
 
 from sglang_pask.config import ConfigError, format_policy_args
 from sglang_pask.sglang_argv import flag_value, has_flag
 
 if TYPE_CHECKING:
     from sglang_pask.config import PaskConfig
+
+#: The SGLang release sglang-pask's hooks are written against (pyproject's dependency; a test keeps the two
+#: in step).
+PINNED_SGLANG = "0.5.23"
+#: Set to 1 to serve with another SGLang release anyway (the hook self-check still stops a process
+#: whose hooks do not apply).
+ALLOW_OTHER_SGLANG_ENV = "SGLANG_PASK_ALLOW_OTHER_SGLANG"
 
 #: Attention backends whose reads go through each layer group's index lists.
 LAYER_GROUP_BACKENDS = ("torch_native", "triton")
@@ -100,6 +109,20 @@ def check_kv_plan(config: "PaskConfig", num_layers: int, context_len: int, model
         raise ConfigError(
             f"--structkv-pivot: layer {config.structkv_pivot} leaves no layer to prune; the model has {num_layers} "
             f"layers, so the pivot must be at most {num_layers - 2}"
+        )
+
+
+def check_sglang_version(installed: Optional[str], environ: Mapping[str, str]) -> None:
+    """Refuse an SGLang release other than :data:`PINNED_SGLANG` (``installed``: its version, None
+    when SGLang is not installed) unless ``environ`` sets :data:`ALLOW_OTHER_SGLANG_ENV` to 1."""
+    if installed is None:
+        raise ConfigError(
+            f"sglang is not installed: sglang-pask needs sglang=={PINNED_SGLANG} (make serve installs it)"
+        )
+    if installed != PINNED_SGLANG and environ.get(ALLOW_OTHER_SGLANG_ENV) != "1":
+        raise ConfigError(
+            f"sglang {installed} is installed, but sglang-pask's hooks are written against sglang {PINNED_SGLANG}; "
+            f"install sglang=={PINNED_SGLANG} (make serve does), or set {ALLOW_OTHER_SGLANG_ENV}=1 to try anyway"
         )
 
 

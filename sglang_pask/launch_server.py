@@ -29,6 +29,7 @@ from sglang_pask.config_rules import (
     attention_backend_flags,
     check_kv_cache_dtype,
     check_kv_plan,
+    check_sglang_version,
     structkv_prefill_flags,
 )
 from sglang_pask.sglang_argv import flag_value, has_flag
@@ -113,6 +114,16 @@ def split_argv(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         _fail(str(err))
 
 
+def installed_sglang() -> Optional[str]:
+    """The installed sglang distribution's version, None without one."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("sglang")
+    except PackageNotFoundError:
+        return None
+
+
 def _model_config(model_path: str) -> Optional[dict]:
     """A local model folder's config.json (its text part); None for non-local paths."""
     config_file = Path(model_path) / "config.json"
@@ -135,6 +146,7 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
     """
     config, sglang_argv = split_argv(argv)
     try:
+        check_sglang_version(installed_sglang(), os.environ)
         sglang_argv += structkv_prefill_flags(config, sglang_argv)
         check_kv_cache_dtype(sglang_argv)
     except ConfigError as err:
