@@ -35,13 +35,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from torch.nn.functional import scaled_dot_product_attention, silu
+from torch.nn.functional import scaled_dot_product_attention
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.common import cuda_median_ms, kernel_run_meta, load_kernel, optional_cell  # noqa: E402
 from bench.kernel_decode_attention import build_inputs  # noqa: E402
+from bench.layer_standins import add_mlp, random_weights, rms_norm  # noqa: E402
 from sglang_pask.cli_paths import output_file  # noqa: E402
 
 decode = load_kernel("lowbit_decode_attention")
@@ -62,30 +63,29 @@ class Stack:
     """``layers`` decoder layers sharing random weights; attention is a function of the layer's queries."""
 
     def __init__(self, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> None:
-        gen = torch.Generator(device=device).manual_seed(1)
-
-        def weight(rows: int, cols: int) -> torch.Tensor:
-            return (torch.randn(rows, cols, device=device, generator=gen) / cols**0.5).to(dtype)
-
-        self.q_proj = weight(args.q_heads * args.head_dim, args.hidden)
-        self.out = weight(args.hidden, args.q_heads * args.head_dim)
-        self.gate_up = weight(2 * args.intermediate, args.hidden)
-        self.down = weight(args.hidden, args.intermediate)
+        weights = random_weights(
+            {
+                "q_proj": (args.q_heads * args.head_dim, args.hidden),
+                "out": (args.hidden, args.q_heads * args.head_dim),
+                "gate_up": (2 * args.intermediate, args.hidden),
+                "down": (args.hidden, args.intermediate),
+            },
+            device,
+            dtype,
+            seed=1,
+        )
+        self.q_proj, self.out = weights["q_proj"], weights["out"]
+        self.gate_up, self.down = weights["gate_up"], weights["down"]
         self.layers, self.heads, self.dim = args.layers, args.q_heads, args.head_dim
-
-    @staticmethod
-    def norm(x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
     def step(self, hidden: torch.Tensor, attend: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
         """``hidden`` ``(batch, hidden)``; ``attend`` maps queries ``(batch, q_heads, head_dim)`` to the
         attention output of the same shape."""
         batch = hidden.shape[0]
         for _ in range(self.layers):
-            q = (self.norm(hidden) @ self.q_proj.T).view(batch, self.heads, self.dim)
+            q = (rms_norm(hidden) @ self.q_proj.T).view(batch, self.heads, self.dim)
             hidden = hidden + attend(q).reshape(batch, -1) @ self.out.T
-            gate, up = (self.norm(hidden) @ self.gate_up.T).chunk(2, dim=-1)
-            hidden = hidden + (silu(gate) * up) @ self.down.T
+            hidden = add_mlp(hidden, self.gate_up, self.down)
         return hidden
 
 

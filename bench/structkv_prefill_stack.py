@@ -34,12 +34,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from torch.nn.functional import scaled_dot_product_attention, silu
+from torch.nn.functional import scaled_dot_product_attention
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from bench.common import cuda_median_ms, kernel_run_meta, load_kernel, optional_cell  # noqa: E402
+from bench.layer_standins import add_mlp, random_weights, rms_norm  # noqa: E402
 from sglang_pask.cli_paths import output_file  # noqa: E402
 from sglang_pask.structkv import CentralityAccumulator, layer_statistics, pooled_skeleton  # noqa: E402
 from sglang_pask.structkv.pivot import transition_scores  # noqa: E402
@@ -65,27 +66,27 @@ class LayerStack:
     """``layers`` decoder layers sharing one set of random weights (pre-norm attention, SwiGLU MLP)."""
 
     def __init__(self, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> None:
-        gen = torch.Generator(device=device).manual_seed(0)
         hidden, heads, kv_heads, dim = args.hidden, args.q_heads, args.kv_heads, args.head_dim
-
-        def weight(rows: int, cols: int) -> torch.Tensor:
-            return (torch.randn(rows, cols, device=device, generator=gen) / cols**0.5).to(dtype)
-
-        self.qkv = weight((heads + 2 * kv_heads) * dim, hidden)
-        self.out = weight(hidden, heads * dim)
-        self.gate_up = weight(2 * args.intermediate, hidden)
-        self.down = weight(hidden, args.intermediate)
+        weights = random_weights(
+            {
+                "qkv": ((heads + 2 * kv_heads) * dim, hidden),
+                "out": (hidden, heads * dim),
+                "gate_up": (2 * args.intermediate, hidden),
+                "down": (hidden, args.intermediate),
+            },
+            device,
+            dtype,
+            seed=0,
+        )
+        self.qkv, self.out = weights["qkv"], weights["out"]
+        self.gate_up, self.down = weights["gate_up"], weights["down"]
         self.heads, self.kv_heads, self.dim = heads, kv_heads, dim
-
-    @staticmethod
-    def norm(x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype)
 
     def layer(self, hidden: torch.Tensor, window: int = 0) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One layer on ``hidden`` ``(n, hidden)``; with ``window``, also the attention its last
         ``window`` queries pay to every token, summed over heads and queries: ``(n,)`` float32."""
         n = hidden.shape[0]
-        qkv = self.norm(hidden) @ self.qkv.T
+        qkv = rms_norm(hidden) @ self.qkv.T
         q, k, v = qkv.split([self.heads * self.dim, self.kv_heads * self.dim, self.kv_heads * self.dim], dim=-1)
         q = q.view(n, self.heads, self.dim).transpose(0, 1)
         k = k.view(n, self.kv_heads, self.dim).transpose(0, 1)
@@ -94,8 +95,7 @@ class LayerStack:
         k, v = k.repeat_interleave(group, dim=0), v.repeat_interleave(group, dim=0)  # flash SDPA takes equal heads
         attn = scaled_dot_product_attention(q[None], k[None], v[None], is_causal=True)[0]
         hidden = hidden + attn.transpose(0, 1).reshape(n, -1) @ self.out.T
-        gate, up = (self.norm(hidden) @ self.gate_up.T).chunk(2, dim=-1)
-        hidden = hidden + (silu(gate) * up) @ self.down.T
+        hidden = add_mlp(hidden, self.gate_up, self.down)
         if not window:
             return hidden, None
         last = q[:, n - window :, :].float()  # (heads, w, dim)
