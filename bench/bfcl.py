@@ -18,6 +18,17 @@ answered right with the exact McNemar p; writes the JSON (``--json``), a markdow
 Policy ``full`` keeps every token, so it runs once (budget 1.0) whatever ``--budgets`` says, and is
 plotted as a reference line.
 
+``--api tools`` asks through the OpenAI tools path instead: the item's question as it is (no BFCL
+system prompt: the chat template renders the tools), its functions as ``tools``
+(:func:`sglang_pask.bfcl.tools.openai_tools`, BFCL's types mapped to JSON Schema),
+``tool_choice: "required"``, no grammar of the bench's own; the returned ``tool_calls`` are written
+as the Python call list BFCL's checker scores, and an answer without tool calls, or with arguments
+that are not a JSON object, counts as wrong. Each call's arguments are also checked against its
+tool's JSON Schema as strict decoding holds them (:func:`sglang_pask.bfcl.tools.schema_errors`); the
+report counts the calls and items off their schema per configuration. The servers need a tool-call
+parser (the launcher adds ``--tool-call-parser qwen25`` for the default model); ``--strict-tools``
+in ``--server-args`` holds every tool's arguments to its schema.
+
 Examples
 --------
 Against a running server::
@@ -36,6 +47,13 @@ only; the launcher refuses it for other policies)::
     python -m bench.bfcl --server-args "--kv-decode keep" --pask-policy policy.json \\
         --policies full pask streaming-llm --budgets 0.28 --split eval --limit 16
 
+Full KV through the tools path, without and with the arguments held to the tools' schemas, then
+paired (the second run tagged ``strict``)::
+
+    python -m bench.bfcl --api tools --server-args "" --split eval --limit 8 --json loose.json
+    python -m bench.bfcl --api tools --server-args "--strict-tools" --split eval --limit 8 --json strict.json
+    python -m bench.bfcl --from-json loose.json strict.json:strict --compare-to full@1 --markdown paired.md
+
 Earlier runs side by side, one run tagged because it had other server flags at the same policy and
 budget (its configurations become ``pask-k4v2@0.047`` and so on), only the configurations named::
 
@@ -46,6 +64,7 @@ budget (its configurations become ``pask-k4v2@0.047`` and so on), only the confi
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import platform
@@ -55,6 +74,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import as_completed
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
@@ -83,6 +103,7 @@ from sglang_pask.bfcl.report import (
     plot_accuracy_vs_budget,
 )
 from sglang_pask.bfcl.split import SPLITS, read_ids_file, select_by_ids, split_items
+from sglang_pask.bfcl.tools import answer_text, openai_tools, schema_errors, tool_calls_of
 from sglang_pask.cli_paths import output_file
 from sglang_pask.request_pool import request_pool
 from sglang_pask.server_process import ServerProcess, ServerStartError
@@ -90,7 +111,14 @@ from sglang_pask.server_process import ServerProcess, ServerStartError
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FULL_POLICY = "full"
 PASK_POLICY = "pask"
+#: How items are asked (``--api``): BFCL's prompt with the bench's answer grammar, or OpenAI tools.
+GRAMMAR_API = "grammar"
+TOOLS_API = "tools"
+APIS: tuple[str, ...] = (GRAMMAR_API, TOOLS_API)
+#: ``--grammar`` when none is given (grammar API).
+DEFAULT_GRAMMAR = "ebnf"
 LIVE_RUN_FLAGS: tuple[str, ...] = (
+    "api",
     "categories",
     "limit",
     "ids",
@@ -262,6 +290,25 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
         "max_tokens": max_tokens,
     }
     body.update(answer_constraint(item, grammar))
+    reply = _post_chat(url, item, body, timeout_s)
+    if isinstance(reply, ItemResult):
+        return reply
+    payload, latency = reply
+    choice = payload["choices"][0]
+    text = choice["message"].get("content") or ""
+    verdict = check(item, text)
+    return _item_result(item, payload, latency, text, verdict.valid, verdict.error_type)
+
+
+def _post_chat(url: str, item: BfclItem, body: dict, timeout_s: float) -> tuple[dict, float] | ItemResult:
+    """POST ``body`` to ``/v1/chat/completions``: the response and its latency, or the result of an
+    item that timed out (counted as incorrect, error type :data:`TIMEOUT_ERROR`, empty output).
+
+    Raises
+    ------
+    requests.HTTPError
+        If the server rejects the request.
+    """
     start = time.perf_counter()
     try:
         response = requests.post(f"{url}/v1/chat/completions", json=body, timeout=timeout_s)
@@ -281,22 +328,102 @@ def ask(url: str, model: str, item: BfclItem, grammar: str, max_tokens: int, tim
     latency = time.perf_counter() - start
     if response.status_code != 200:
         raise requests.HTTPError(f"{item.id}: HTTP {response.status_code}: {response.text[:500]}")
-    payload = response.json()
-    choice = payload["choices"][0]
-    text = choice["message"].get("content") or ""
-    verdict = check(item, text)
+    return response.json(), latency
+
+
+def _item_result(
+    item: BfclItem, payload: dict, latency: float, output: str, valid: bool, error_type: str
+) -> ItemResult:
     usage = payload.get("usage") or {}
     return ItemResult(
         id=item.id,
         category=item.category,
-        output=text,
-        valid=verdict.valid,
-        error_type=verdict.error_type,
+        output=output,
+        valid=valid,
+        error_type=error_type,
         latency_s=latency,
         prompt_tokens=int(usage.get("prompt_tokens", 0)),
         completion_tokens=int(usage.get("completion_tokens", 0)),
-        finish_reason=str(choice.get("finish_reason")),
+        finish_reason=str(payload["choices"][0].get("finish_reason")),
     )
+
+
+# ItemResult.error_type of a tools-mode answer that BFCL's checker never saw.
+NO_TOOL_CALLS_ERROR = "tools:no_tool_calls"
+UNPARSABLE_ARGUMENTS_ERROR = "tools:unparsable_arguments"
+
+
+def ask_tools(url: str, model: str, item: BfclItem, max_tokens: int, timeout_s: float) -> tuple[ItemResult, list[dict]]:
+    """Send one item through the OpenAI tools path (greedy, ``tool_choice: "required"``) and check the
+    returned calls.
+
+    Parameters
+    ----------
+    url : str
+        Server base URL (run with a tool-call parser).
+    model : str
+        Served model id.
+    item : BfclItem
+        The item.
+    max_tokens : int
+        Answer length cap.
+    timeout_s : float
+        Request timeout; an item past it counts as incorrect (as in :func:`ask`).
+
+    Returns
+    -------
+    ItemResult
+        The calls as a Python call list (:func:`sglang_pask.bfcl.tools.answer_text`) and BFCL's
+        verdict on it. No tool calls: incorrect, error type :data:`NO_TOOL_CALLS_ERROR`, the
+        message's text as output; arguments that are not a JSON object: incorrect,
+        :data:`UNPARSABLE_ARGUMENTS_ERROR`, the calls as JSON.
+    list of dict
+        Each returned call: ``name``, ``arguments`` (the text the server sent) and ``schema_errors``
+        (empty when the arguments hold to the tool's schema, :func:`sglang_pask.bfcl.tools.schema_errors`).
+
+    Raises
+    ------
+    requests.HTTPError
+        If the server rejects the request.
+    """
+    tools = openai_tools(item)
+    body = {
+        "model": model,
+        "messages": copy.deepcopy(item.messages),
+        "tools": tools,
+        "tool_choice": "required",
+        "temperature": 0.0,
+        "max_tokens": max_tokens,
+    }
+    reply = _post_chat(url, item, body, timeout_s)
+    if isinstance(reply, ItemResult):
+        return reply, []
+    payload, latency = reply
+    message = payload["choices"][0]["message"]
+    calls = tool_calls_of(message)
+    records = [{"name": c.name, "arguments": c.arguments, "schema_errors": schema_errors(tools, c)} for c in calls]
+    if not calls:
+        return _item_result(item, payload, latency, message.get("content") or "", False, NO_TOOL_CALLS_ERROR), records
+    try:
+        text = answer_text(calls)
+    except ValueError:
+        raw = json.dumps([{"name": c.name, "arguments": c.arguments} for c in calls], ensure_ascii=False)
+        return _item_result(item, payload, latency, raw, False, UNPARSABLE_ARGUMENTS_ERROR), records
+    verdict = check(item, text)
+    return _item_result(item, payload, latency, text, verdict.valid, verdict.error_type), records
+
+
+@dataclass
+class ToolsConfigResult(ConfigResult):
+    """A configuration asked through the OpenAI tools path.
+
+    Attributes
+    ----------
+    tool_calls : dict of str to list of dict
+        Per item id, the calls returned (:func:`ask_tools`).
+    """
+
+    tool_calls: dict[str, list[dict]] = field(default_factory=dict)
 
 
 def run_config(
@@ -313,29 +440,40 @@ def run_config(
     items : sequence of BfclItem
         Items to ask.
     args : argparse.Namespace
-        ``concurrency``, ``grammar``, ``max_tokens``, ``request_timeout``.
+        ``api``, ``concurrency``, ``grammar``, ``max_tokens``, ``request_timeout``.
 
     Returns
     -------
     ConfigResult
-        Results in the order of ``items``.
+        Results in the order of ``items``; a :class:`ToolsConfigResult` with ``--api tools``.
     """
     model = served_model(url)
     results: dict[str, ItemResult] = {}
+    tool_calls: dict[str, list[dict]] = {}
+    tools = args.api == TOOLS_API
     start = time.perf_counter()
     with request_pool(args.concurrency) as pool:
         futures = [
-            pool.submit(ask, url, model, item, args.grammar, args.max_tokens, args.request_timeout) for item in items
+            pool.submit(ask_tools, url, model, item, args.max_tokens, args.request_timeout)
+            if tools
+            else pool.submit(ask, url, model, item, args.grammar, args.max_tokens, args.request_timeout)
+            for item in items
         ]
         with tqdm(total=len(futures), desc=f"{policy}@{budget:g}", unit="item") as bar:
             for future in as_completed(futures):
                 result = future.result()
+                if tools:
+                    result, tool_calls[result.id] = result
                 results[result.id] = result
                 bar.update(1)
                 bar.set_postfix(correct=sum(r.valid for r in results.values()))
     wall = time.perf_counter() - start
     ordered = [results[item.id] for item in items]
-    return ConfigResult(policy=policy, budget=budget, items=ordered, wall_s=wall, server={"url": url, "model": model})
+    server = {"url": url, "model": model}
+    if tools:
+        calls = {item.id: tool_calls[item.id] for item in items}
+        return ToolsConfigResult(policy, budget, ordered, wall_s=wall, server=server, tool_calls=calls)
+    return ConfigResult(policy=policy, budget=budget, items=ordered, wall_s=wall, server=server)
 
 
 def server_flags(
@@ -390,12 +528,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--policies", nargs="+", default=[FULL_POLICY], help="KV policies")
     p.add_argument("--budgets", nargs="+", default=["0.33", "0.2"], help="KV budgets in (0, 1]")
     p.add_argument(
+        "--api",
+        choices=APIS,
+        default=GRAMMAR_API,
+        help="grammar: BFCL's prompt (function docs in the system prompt), the answer a Python call list "
+        "constrained by --grammar; tools: the OpenAI tools path (the functions as tools, tool_choice "
+        "required, the returned tool_calls scored; the servers need a tool-call parser)",
+    )
+    p.add_argument(
         "--grammar",
         choices=CONSTRAINTS,
-        default="ebnf",
-        help="answer constraint (regex: same language as ebnf, but 10-450 s to compile per item on CPU; "
-        "ebnf-strict: the function docs enforced as strict tools: declared order, required "
-        "arguments, value types and enums, see sglang_pask.bfcl.strict_grammar)",
+        help=f"answer constraint of --api grammar (None: {DEFAULT_GRAMMAR}; regex: same language as ebnf, "
+        "but 10-450 s to compile per item on CPU; ebnf-strict: the function docs enforced as strict tools: "
+        "declared order, required arguments, value types and enums, see sglang_pask.bfcl.strict_grammar)",
     )
     p.add_argument(
         "--pask-policy",
@@ -514,6 +659,10 @@ def _check_pask_policy(args: argparse.Namespace, policies: Sequence[str]) -> Non
 
 def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
     args.categories = list(check_categories(_split_words(args.categories)))
+    if args.api == TOOLS_API and args.grammar is not None:
+        raise ValueError("--grammar: --api tools sends no grammar of its own (the server's tool_choice constrains)")
+    if args.api == GRAMMAR_API and args.grammar is None:
+        args.grammar = DEFAULT_GRAMMAR
     policies = _split_words(args.policies)
     if not policies:
         raise ValueError("--policies: no policy given")
@@ -533,8 +682,9 @@ def _validate(args: argparse.Namespace) -> tuple[list[str], list[float]]:
 
 
 def config_entry(config: ConfigResult) -> dict:
-    """A configuration as a ``--json`` record holds it: its scores and every answer."""
-    return {
+    """A configuration as a ``--json`` record holds it: its scores and every answer (and, asked through
+    the tools path, ``tool_calls``: per item id, the calls returned with their schema errors)."""
+    entry = {
         "policy": config.policy,
         "budget": config.budget,
         "average": config.average(),
@@ -543,6 +693,43 @@ def config_entry(config: ConfigResult) -> dict:
         "server": config.server,
         "items": [r.__dict__ for r in config.items],
     }
+    if isinstance(config, ToolsConfigResult):
+        entry["tool_calls"] = config.tool_calls
+    return entry
+
+
+def configs_of_record(record: dict) -> list[ConfigResult]:
+    """:func:`sglang_pask.bfcl.report.configs_from_record`, a configuration with ``tool_calls`` as a
+    :class:`ToolsConfigResult`."""
+    configs = configs_from_record(record)
+    for i, (config, entry) in enumerate(zip(configs, record["configs"])):
+        if "tool_calls" in entry:
+            configs[i] = ToolsConfigResult(**config.__dict__, tool_calls=dict(entry["tool_calls"]))
+    return configs
+
+
+def format_schema_table(configs: Sequence[ConfigResult]) -> str:
+    """Markdown table of the tools-path configurations (:class:`ToolsConfigResult`): items answered
+    without a tool call or with arguments that are not a JSON object, the calls returned, the calls
+    whose arguments break their tool's schema and the items with at least one such call; ``""`` when
+    no configuration went through the tools path."""
+    tools = [c for c in configs if isinstance(c, ToolsConfigResult)]
+    if not tools:
+        return ""
+    lines = [
+        "| config | items | no tool call | unparsable arguments | calls | calls off schema | items with a call off schema |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for c in tools:
+        calls = [call for item_calls in c.tool_calls.values() for call in item_calls]
+        off = sum(bool(call["schema_errors"]) for call in calls)
+        items_off = sum(any(call["schema_errors"] for call in item_calls) for item_calls in c.tool_calls.values())
+        errors = [r.error_type for r in c.items]
+        lines.append(
+            f"| {c.label} | {len(c.items)} | {errors.count(NO_TOOL_CALLS_ERROR)} | "
+            f"{errors.count(UNPARSABLE_ARGUMENTS_ERROR)} | {len(calls)} | {off} | {items_off} |"
+        )
+    return "\n".join(lines)
 
 
 RUN_TAG = re.compile(r"[A-Za-z0-9_.+-]+")
@@ -646,6 +833,8 @@ def merge_records(records: Sequence[dict]) -> dict:
                 )
             found["items"].extend(config["items"])
             found["wall_s"] = found["wall_s"] + config["wall_s"]
+            if "tool_calls" in found or "tool_calls" in config:
+                found["tool_calls"] = {**found.get("tool_calls", {}), **config.get("tool_calls", {})}
     configs = list(pooled.values())
     for config in configs[1:]:
         if sorted(i["id"] for i in config["items"]) != sorted(i["id"] for i in configs[0]["items"]):
@@ -654,12 +843,14 @@ def merge_records(records: Sequence[dict]) -> dict:
                 f"{configs[0]['policy']}@{configs[0]['budget']:g}"
             )
     merged = dict(records[0])
-    merged["configs"] = [config_entry(c) for c in configs_from_record({"configs": configs})]
+    merged["configs"] = [config_entry(c) for c in configs_of_record({"configs": configs})]
     merged["n_items"] = len(configs[0]["items"]) if configs else 0
     merged["categories"] = list(dict.fromkeys(c for record in records for c in record["categories"]))
     for key in ("split", "ids_file", "limit"):  # what chose the items: one value, or see "runs"
         if any(record.get(key) != merged.get(key) for record in records):
             merged[key] = None
+    if any(_api_of(record) != _api_of(merged) for record in records):
+        merged["api"], merged["grammar"] = "mixed", None
     merged["runs"] = [{key: record[key] for key in ("command", "date", "commit", "machine")} for record in records]
     return merged
 
@@ -681,6 +872,20 @@ def _run_lines(record: dict) -> list[str]:
             f"{run['machine']['uname']}; nproc {run['machine']['nproc']})"
         )
     return lines
+
+
+def _api_of(record: dict) -> str:
+    """How a record's items were asked (records older than ``--api`` used the grammar API)."""
+    return record.get("api") or GRAMMAR_API
+
+
+def _asked_how(record: dict) -> str:
+    api = _api_of(record)
+    if api == TOOLS_API:
+        return 'OpenAI tools (tool_choice "required", the returned tool_calls scored)'
+    if api == GRAMMAR_API:
+        return f"grammar {record['grammar']}"
+    return "grammar and OpenAI tools runs side by side (see the commands)"
 
 
 # How the report names the servers' radix cache setting (absent from records older than the flag).
@@ -749,12 +954,28 @@ def _differences_lines(configs: Sequence[ConfigResult], references: Sequence[Con
     ]
 
 
+def _schema_lines(configs: Sequence[ConfigResult]) -> list[str]:
+    """The tools path's schema table (:func:`format_schema_table`) under its heading, followed by a blank
+    line; nothing when no configuration went through the tools path."""
+    table = format_schema_table(configs)
+    if not table:
+        return []
+    return [
+        "Tool calls: items answered without one or with arguments that are not a JSON object (both "
+        "scored wrong), and calls whose arguments break their tool's JSON Schema as strict decoding "
+        "holds them (an object that lists properties admits no others; formats checked):",
+        "",
+        table,
+        "",
+    ]
+
+
 def _report_markdown(record: dict, configs: Sequence[ConfigResult], references: Sequence[ConfigResult]) -> str:
     lines = [
         f"# BFCL AST accuracy ({record['date']})",
         "",
         *_run_lines(record),
-        f"- items: {record['n_items']} ({', '.join(record['categories'])}); grammar {record['grammar']}, "
+        f"- items: {record['n_items']} ({', '.join(record['categories'])}); {_asked_how(record)}, "
         f"greedy, max tokens {record['max_tokens']}, concurrency {record['concurrency']}"
         f"{_RADIX_NOTE.get(record.get('radix_cache'), '')}",
         *([f"- **incomplete**: {record['error'].splitlines()[0]}"] if record.get("error") else []),
@@ -764,6 +985,7 @@ def _report_markdown(record: dict, configs: Sequence[ConfigResult], references: 
         format_table(configs),
         "",
         *_differences_lines(configs, references),
+        *_schema_lines(configs),
         "| config | wall s | mean latency s | mean prompt tokens | mean answer tokens |",
         "|---|---:|---:|---:|---:|",
     ]
@@ -786,6 +1008,9 @@ def _render(record: dict, configs: Sequence[ConfigResult], args: argparse.Namesp
     differences = _differences_lines(configs, references)
     if differences:
         print("\n" + "\n".join(differences).rstrip())
+    schema = _schema_lines(configs)
+    if schema:
+        print("\n" + "\n".join(schema).rstrip())
     if args.markdown:
         Path(args.markdown).write_text(_report_markdown(record, configs, references), encoding="utf-8")
     if args.plot:
@@ -827,12 +1052,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rank is not None:
             record["configs"].sort(key=rank)
         try:
-            comparison_references(configs_from_record(record), args.compare_to)
+            comparison_references(configs_of_record(record), args.compare_to)
         except ValueError as exc:
             parser.error(str(exc))
         if args.json:
             Path(args.json).write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        _render(record, configs_from_record(record), args)
+        _render(record, configs_of_record(record), args)
         return 0
     try:
         policies, budgets = _validate(args)
@@ -875,6 +1100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "split": args.split,
         "ids_file": args.ids,
         "limit": args.limit,
+        "api": args.api,
         "grammar": args.grammar,
         "max_tokens": args.max_tokens,
         "concurrency": args.concurrency,
