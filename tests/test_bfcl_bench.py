@@ -1,7 +1,9 @@
 """``python -m bench.bfcl`` end to end against a stub OpenAI-compatible server on 127.0.0.1.
 
 The stub answers the first item of each category with BFCL's reference answer and the second with a
-wrong call, so the expected scores are known exactly.
+wrong call, so the expected scores are known exactly. Asked through the tools path (``--api tools``),
+it answers with ``tool_calls``: the reference calls, a call with a key its tool does not have, or
+arguments that are not JSON.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from bench.bfcl import build_parser, disagreements, format_item_by_item, main, select_items, server_flags
+from sglang_pask.bfcl.offline import import_bfcl
 from sglang_pask.bfcl.oracle import oracle_answer
 from sglang_pask.bfcl.prompt import build_messages
 from sglang_pask.bfcl.report import ConfigResult, ItemResult
@@ -21,12 +24,34 @@ from sglang_pask.bfcl.report import ConfigResult, ItemResult
 CATEGORIES = ["simple_python", "parallel_multiple"]
 # Requests with this answer cap get a slow reply for the second item (see stub_server).
 SLOW_MAX_TOKENS = 77
+# Tools-path requests with this answer cap get text instead of tool calls for the first item.
+NO_CALLS_MAX_TOKENS = 55
+
+
+def _tool_calls(item, index: int) -> list[dict]:
+    """The stub's tool calls: the reference calls (even index), the first reference call with a key its
+    tool lacks (index 1), arguments that are not JSON (index 3)."""
+    api = import_bfcl()
+    calls = [
+        (name, json.dumps(arguments))
+        for call in api.decode_ast(oracle_answer(item), api.return_format_python)
+        for name, arguments in call.items()
+    ]
+    if index == 1:
+        calls = [(calls[0][0], json.dumps({**json.loads(calls[0][1]), "no_such_key": 1}))]
+    elif index == 3:
+        calls[-1] = (calls[-1][0], "{not json")
+    return [
+        {"id": f"call_{i}", "type": "function", "function": {"name": name, "arguments": arguments}}
+        for i, (name, arguments) in enumerate(calls)
+    ]
 
 
 @pytest.fixture()
 def stub_server():
     items = select_items(CATEGORIES, None, None, 2)
     by_prompt = {json.dumps(build_messages(it)): (i, it) for i, it in enumerate(items)}
+    by_question = {json.dumps(it.messages): (i, it) for i, it in enumerate(items)}  # the tools path
     requests_seen: list[dict] = []
 
     class Handler(BaseHTTPRequestHandler):
@@ -47,6 +72,19 @@ def stub_server():
         def do_POST(self):
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             requests_seen.append(body)
+            if "tools" in body:
+                index, item = by_question[json.dumps(body["messages"])]
+                message = {"role": "assistant", "content": None, "tool_calls": _tool_calls(item, index)}
+                if body["max_tokens"] == NO_CALLS_MAX_TOKENS and index == 0:
+                    message = {"role": "assistant", "content": "I cannot help with that.", "tool_calls": None}
+                finish = "tool_calls" if message["tool_calls"] else "stop"
+                self._reply(
+                    {
+                        "choices": [{"message": message, "finish_reason": finish}],
+                        "usage": {"prompt_tokens": 200 + index, "completion_tokens": 20},
+                    }
+                )
+                return
             index, item = by_prompt[json.dumps(body["messages"])]
             if body["max_tokens"] == SLOW_MAX_TOKENS and index == 1:
                 time.sleep(1.5)  # past the test's --request-timeout
@@ -528,3 +566,78 @@ def test_item_by_item_counts_the_items_only_one_side_answered_and_tests_the_spli
     other_items = _config("snapkv", 0.28, {"x": True})
     with pytest.raises(ValueError, match="did not answer the same items"):
         disagreements(other_items, b)
+
+
+def test_the_tools_path_sends_the_functions_as_tools_and_scores_the_returned_calls(stub_server, tmp_path, capsys):
+    url, requests_seen = stub_server
+    out_json, out_md = tmp_path / "tools.json", tmp_path / "tools.md"
+    common = ["--url", url, "--api", "tools", "--categories", *CATEGORIES, "--limit", "2"]
+    assert main([*common, "--json", str(out_json), "--markdown", str(out_md)]) == 0
+    items = select_items(CATEGORIES, None, None, 2)
+    assert len(requests_seen) == 4
+    for body in sorted(requests_seen, key=lambda b: [it.messages for it in items].index(b["messages"])):
+        item = items[[it.messages for it in items].index(body["messages"])]
+        assert body["tool_choice"] == "required" and body["temperature"] == 0.0 and body["max_tokens"] == 256
+        assert not {"ebnf", "regex"} & set(body)  # no grammar of the bench's own
+        assert body["messages"] == item.messages  # the question alone: the chat template renders the tools
+        assert [t["function"]["name"] for t in body["tools"]] == [f["name"] for f in item.functions]
+        assert all(t["type"] == "function" and t["function"]["parameters"]["type"] == "object" for t in body["tools"])
+        assert '"dict"' not in json.dumps(body["tools"]) and '"float"' not in json.dumps(body["tools"])
+    record = json.loads(out_json.read_text())
+    assert record["api"] == "tools" and record["grammar"] is None
+    (config,) = record["configs"]
+    by_id = {r["id"]: r for r in config["items"]}
+    first, extra_key, second, unparsable = (by_id[it.id] for it in items)
+    assert (first["valid"], second["valid"]) == (True, True) and first["output"].startswith("[calculate_triangle_area(")
+    assert (extra_key["valid"], extra_key["error_type"]) == (False, "simple_function_checker:unexpected_param")
+    assert (unparsable["valid"], unparsable["error_type"]) == (False, "tools:unparsable_arguments")
+    assert json.loads(unparsable["output"])[-1]["arguments"] == "{not json"
+    calls = config["tool_calls"]
+    assert [c["schema_errors"] for c in calls[items[0].id]] == [[]]
+    assert calls[items[1].id][0]["schema_errors"] == [
+        "(arguments): Additional properties are not allowed ('no_such_key' was unexpected)"
+    ]
+    assert calls[items[3].id][-1]["schema_errors"][0].startswith("arguments are not JSON")
+    n_calls = sum(len(c) for c in calls.values())
+    markdown = out_md.read_text()
+    assert 'OpenAI tools (tool_choice "required"' in markdown
+    assert f"| full@1 | 4 | 0 | 1 | {n_calls} | 2 | 2 |" in markdown
+    assert "| **average** | **50.0** |" in capsys.readouterr().out
+    # No tool call: wrong, with the text as the output; the run goes on.
+    no_calls = tmp_path / "no_calls.json"
+    assert main([*common, "--max-tokens", str(NO_CALLS_MAX_TOKENS), "--json", str(no_calls)]) == 0
+    (config,) = json.loads(no_calls.read_text())["configs"]
+    assert (config["items"][0]["valid"], config["items"][0]["error_type"], config["items"][0]["output"]) == (
+        False,
+        "tools:no_tool_calls",
+        "I cannot help with that.",
+    )
+    assert config["tool_calls"][items[0].id] == []
+    # Replayed and paired with a tagged run, each configuration keeps its calls and its schema row.
+    paired_json, paired_md = tmp_path / "paired.json", tmp_path / "paired.md"
+    argv = ["--from-json", str(out_json), f"{no_calls}:strict", "--compare-to", "full@1"]
+    assert main([*argv, "--json", str(paired_json), "--markdown", str(paired_md)]) == 0
+    paired = json.loads(paired_json.read_text())
+    assert [c["policy"] for c in paired["configs"]] == ["full", "full-strict"]
+    assert paired["configs"][0]["tool_calls"] == record["configs"][0]["tool_calls"]
+    markdown = paired_md.read_text()
+    assert f"| full@1 | 4 | 0 | 1 | {n_calls} | 2 | 2 |" in markdown and "| full-strict@1 | 4 | 1 | 1 |" in markdown
+    assert "| full-strict@1 | -25.0 [" in markdown and 'OpenAI tools (tool_choice "required"' in markdown
+
+
+def test_a_grammar_run_replayed_beside_a_tools_run_says_both_were_asked(stub_server, tmp_path):
+    url, _ = stub_server
+    common = ["--url", url, "--categories", *CATEGORIES, "--limit", "2"]
+    grammar, tools, both = tmp_path / "grammar.json", tmp_path / "tools.json", tmp_path / "both.md"
+    assert main([*common, "--json", str(grammar)]) == 0
+    assert main([*common, "--api", "tools", "--json", str(tools)]) == 0
+    assert main(["--from-json", str(grammar), f"{tools}:tools", "--markdown", str(both)]) == 0
+    markdown = both.read_text()
+    assert "grammar and OpenAI tools runs side by side" in markdown
+    assert "| full-tools@1 | 4 | 0 | 1 |" in markdown and "| full@1 | 4 | 0 | 1 |" not in markdown  # tools runs only
+
+
+def test_the_tools_path_takes_no_grammar(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--url", "http://127.0.0.1:9", "--api", "tools", "--grammar", "ebnf", "--limit", "1"])
+    assert exit_info.value.code == 2 and "--grammar: --api tools sends no grammar" in capsys.readouterr().err
