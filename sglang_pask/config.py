@@ -329,6 +329,13 @@ class PaskConfig:
         help="Calibrated PASK policy file for --kv-policy pask (python -m sglang_pask.calibrate writes one; "
         "default: the file shipped for the served model and --kv-decode mode, if one ships).",
     )
+    strict_tools: bool = _flag(
+        False,
+        help="Hold every tool call's arguments to its tool's JSON Schema, as SGLang does for tools marked "
+        "strict (SGLANG_TOOL_STRICT_LEVEL=2): without it, tool_choice required or a named tool constrains "
+        "the call's format and function name, but the arguments of a tool without strict: true may be any "
+        "JSON object.",
+    )
     structkv: bool = _flag(
         False,
         help="StructKV prefill pruning: layers up to a pivot see the whole prompt and accumulate centrality, "

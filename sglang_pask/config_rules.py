@@ -141,6 +141,19 @@ def check_kv_cache_dtype(sglang_argv: list[str]) -> None:
         )
 
 
+def check_tokenizer_workers(sglang_argv: list[str]) -> None:
+    """Refuse more than one tokenizer worker: SGLang starts those HTTP workers from the app's import
+    path without loading plugins, so this project's request checks and response fields would be
+    missing there while the scheduler compresses (and no start-up self-check would say so)."""
+    workers = flag_value(sglang_argv, "--tokenizer-worker-num")
+    if workers is not None and workers.strip() not in ("", "1"):
+        raise ConfigError(
+            f"--tokenizer-worker-num {workers}: SGLang starts extra tokenizer workers without its plugins, so "
+            "sglang-pask's request checks and response fields would be missing there; serve with one tokenizer "
+            "worker (the default)"
+        )
+
+
 def structkv_prefill_flags(config: "PaskConfig", sglang_argv: list[str]) -> list[str]:
     """SGLang flags StructKV needs: one extend per uncached prompt part, so chunked prefill is off
     (``--chunked-prefill-size -1``) unless the user chose a chunk size, which is refused. The segment

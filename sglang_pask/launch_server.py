@@ -30,6 +30,7 @@ from sglang_pask.config_rules import (
     check_kv_cache_dtype,
     check_kv_plan,
     check_sglang_version,
+    check_tokenizer_workers,
     structkv_prefill_flags,
 )
 from sglang_pask.sglang_argv import flag_value, has_flag
@@ -86,6 +87,10 @@ CPU_UNCHUNKED_MEM_FRACTION = "0.5"
 # The default model (Qwen2.5) writes tool calls as <tool_call>{...}</tool_call>; SGLang's qwen25 parser
 # turns them into OpenAI `tool_calls`.
 DEFAULT_MODEL_TOOL_PARSER = "qwen25"
+# --strict-tools: SGLang's own switch that constrains every tool's arguments by its schema
+# (ToolStrictLevel.PARAMETER), read by the OpenAI server in the launcher's process.
+TOOL_STRICT_LEVEL_ENV = "SGLANG_TOOL_STRICT_LEVEL"
+TOOL_STRICT_PARAMETERS = "2"
 
 
 class _OwnFlagParser(argparse.ArgumentParser):
@@ -149,6 +154,7 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         check_sglang_version(installed_sglang(), os.environ)
         sglang_argv += structkv_prefill_flags(config, sglang_argv)
         check_kv_cache_dtype(sglang_argv)
+        check_tokenizer_workers(sglang_argv)
     except ConfigError as err:
         _fail(str(err))
     gpu = _gpu_available()
@@ -188,6 +194,8 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
             )
         except ConfigError as err:
             _fail(str(err))
+    if config.strict_tools:
+        os.environ[TOOL_STRICT_LEVEL_ENV] = TOOL_STRICT_PARAMETERS
     config.publish()
     return config, sglang_argv
 

@@ -63,6 +63,7 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         ),
         (["--structkv", "--skip-tokenizer-init"], "--structkv-select segments: needs the tokenizer"),
         (["--kv-cache-dtype", "fp8_e4m3"], "--kv-cache-dtype fp8_e4m3: the layer-group pool does not serve SGLang's"),
+        (["--tokenizer-worker-num", "2"], "--tokenizer-worker-num 2: SGLang starts extra tokenizer workers without"),
         (
             ["--kv-policy", "streaming-llm", "--kv-policy-args", "sinks=8"],
             "--kv-policy-args sinks=8: policy 'streaming-llm' has no option 'sinks'; its options: num_sinks",

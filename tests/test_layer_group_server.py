@@ -201,6 +201,27 @@ def test_pool_usage_is_in_the_prometheus_metrics(snapkv_server):
     assert 'group="0-0"' in text and 'group="1-1"' in text
 
 
+def test_sglang_token_usage_is_the_pools_own_and_about_0_on_an_idle_server(snapkv_server):
+    # SGLang counted free virtual ids against the per-group slots: an idle compressed server logged
+    # "token usage: 0.87" and exported it as sglang:token_usage (issue 51, problem 4).
+    assert requests.post(f"{snapkv_server.url}/flush_cache", timeout=60).status_code == 200
+    idle = pool_usage(snapkv_server)
+    assert idle["token_usage"] == 0.0 and idle["tokens_in_use"] == 0
+    mark = snapkv_server.log_path.stat().st_size
+    generate(snapkv_server, SYSTEM + "usage please", max_new_tokens=8)
+    after = pool_usage(snapkv_server)
+    fullest = max(group["slots_in_use"] / group["slots"] for group in after["groups"])
+    assert after["token_usage"] == pytest.approx(fullest) and 0 < fullest < 0.05
+    snapkv_server.log_tail()  # flushes the log
+    with open(snapkv_server.log_path, errors="replace") as log:
+        log.seek(mark)
+        logged = [float(u) for u in re.findall(r"Prefill batch.*?token usage: ([0-9.]+)", log.read())]
+    assert logged and max(logged) < 0.05, logged
+    metrics = requests.get(f"{snapkv_server.url}/metrics", timeout=30).text
+    gauge = re.search(r"^sglang:token_usage\{[^}]*\} ([0-9.e-]+)$", metrics, re.M)
+    assert gauge is not None and float(gauge.group(1)) < 0.05, metrics[:2000]
+
+
 def test_kv_decode_keep_holds_every_generated_token_and_frees_every_slot(tiny_model_dir, tmp_path):
     from sglang_pask.policy import capacity
 

@@ -62,6 +62,49 @@ def test_prompts_the_engine_would_die_on_are_a_clear_400_and_the_server_lives_on
     assert generate(tiny_server, "still alive ", max_new_tokens=2)["meta_info"]["completion_tokens"] == 2
 
 
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (
+            {"text": ["a", "b"], "sampling_params": [{"max_new_tokens": 4}]},
+            "sampling_params has 1 entries but the batch has 2 prompts (text)",
+        ),
+        ({"text": ["a"], "sampling_params": []}, "sampling_params has 0 entries but the batch has 1 prompts"),
+        (
+            {"input_ids": [[11, 12], [13]], "sampling_params": [{"max_new_tokens": 2}]},
+            "sampling_params has 1 entries but the batch has 2 prompts (input_ids)",
+        ),
+        ({"text": "a", "sampling_params": [{"max_new_tokens": 2}]}, "sampling_params is a list, but the request"),
+        ({"text": ["a", "b"], "return_logprob": [True]}, "return_logprob has 1 entries but the batch has 2"),
+    ],
+)
+def test_per_prompt_lists_that_do_not_fit_the_batch_are_a_clear_400(tiny_server, body, message):
+    # SGLang 0.5.23 indexed them without a length check: HTTP 500 and an IndexError (issue 51, problem 1).
+    response = requests.post(f"{tiny_server.url}/generate", json=body, timeout=120)
+    assert response.status_code == 400, response.text
+    assert message in response.json()["error"], response.text
+    assert generate(tiny_server, "still alive ", max_new_tokens=2)["meta_info"]["completion_tokens"] == 2
+
+
+@pytest.mark.parametrize(
+    "path, body, message",
+    [
+        ("/generate", '{"text": "a", ', "request body is not valid JSON at character 14: unexpected end of data"),
+        ("/v1/chat/completions", '{"model": "x", ', "request body is not valid JSON at character 15"),
+        ("/v1/completions", "[1,2", "request body is not valid JSON at character 4"),
+        ("/generate", '{"text": "a", "sampling_params": {"regex": "("}}', "Regex parsing error at position 2"),
+    ],
+)
+def test_error_bodies_name_the_problem_not_the_servers_files(tiny_server, path, body, message):
+    # The JSON decode error named http_server.py and its line; xgrammar's named its C++ file (problem 5).
+    response = requests.post(
+        f"{tiny_server.url}{path}", data=body, headers={"content-type": "application/json"}, timeout=120
+    )
+    assert response.status_code == 400, response.text
+    assert message in response.text
+    assert not re.search(r"File \"|\.py\b|\.cc\b|line \d+", response.text), response.text
+
+
 def test_generate_with_regex(tiny_server):
     pattern = r"(yes|no)[0-9]{2}"
     out = generate(tiny_server, "Answer: ", regex=pattern, max_new_tokens=16)

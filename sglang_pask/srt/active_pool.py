@@ -55,9 +55,16 @@ class ActivePool:
             held.append(positions[self.pool.physical(group, req_to_token[row, positions]) > 0])
         return held
 
+    def token_usage(self) -> float:
+        """The fullest layer group's share of its slots in use (tokens the radix cache holds included),
+        in [0, 1]: what runs out first, so what SGLang's ``token usage`` reports for this pool."""
+        assert self.allocator is not None
+        slots = self.pool.layout.group_slots
+        return max(self.allocator.group_used_slots(g) / slots[g] for g in range(len(slots)))
+
     def usage(self) -> dict[str, Any]:
-        """Pool usage now (and peaks since start): requests holding KV, per group slots and bytes in
-        use, and the full-KV equivalent of the tokens held."""
+        """Pool usage now (and peaks since start): :meth:`token_usage`, requests holding KV, per group
+        slots and bytes in use, and the full-KV equivalent of the tokens held."""
         assert self.allocator is not None
         layout = self.pool.layout
         groups = []
@@ -80,6 +87,7 @@ class ActivePool:
         full_bytes_per_token = sum(self.pool.bytes_per_slot(g) for g in range(layout.num_groups))
         assert self.views is not None
         return {
+            "token_usage": self.token_usage(),
             "kv_dropped": self.config.kv_dropped,
             "lowbit_unstored_tokens": 0 if self.lowbit is None else self.lowbit.unstored_tokens,
             "running_requests": len(self.views.views),

@@ -24,9 +24,12 @@ from sglang_pask.config import PaskConfig
 
 
 def contract_error(original: Any, body: Any) -> Optional[str]:
-    """AROUND hook of ``api_contract.generate_contract_error``: probes, then the flags
-    (:func:`contract_error_with_flags`)."""
+    """AROUND hook of ``api_contract.generate_contract_error``: per-prompt lists that do not match the
+    batch (:func:`batch_shape_error`), probes, then the flags (:func:`contract_error_with_flags`)."""
     if isinstance(body, dict):
+        error = batch_shape_error(body)
+        if error is not None:
+            return error
         params = body.get("sampling_params")
         for p in params if isinstance(params, list) else [params]:
             custom = p.get("custom_params") if isinstance(p, dict) else None
@@ -35,6 +38,46 @@ def contract_error(original: Any, body: Any) -> Optional[str]:
                 if error is not None:
                     return error
     return contract_error_with_flags(original, body)
+
+
+# /generate fields that may be one value for every prompt or a list with one value per prompt;
+# SGLang 0.5.23 indexes such a list by prompt without checking its length (an IndexError, HTTP 500).
+PER_PROMPT_FIELDS = (
+    "sampling_params",
+    "return_logprob",
+    "logprob_start_len",
+    "top_logprobs_num",
+    "return_sampling_mask",
+    "sampling_logprobs_mode",
+    "custom_logit_processor",
+)
+
+
+def batch_shape_error(body: dict) -> Optional[str]:
+    """Why a ``/generate`` body's per-prompt lists (:data:`PER_PROMPT_FIELDS`) do not fit its prompts,
+    or None: a batch (``text`` a list, or ``input_ids`` a list of lists) needs one entry per prompt in
+    each such list; a single prompt takes none of them as a list."""
+    text, input_ids = body.get("text"), body.get("input_ids")
+    if isinstance(text, list):
+        prompts, source = len(text), "text"
+    elif isinstance(input_ids, list) and input_ids and isinstance(input_ids[0], list):
+        prompts, source = len(input_ids), "input_ids"
+    elif text is not None or input_ids is not None:
+        prompts, source = None, None
+    else:
+        return None
+    for field in PER_PROMPT_FIELDS:
+        value = body.get(field)
+        if not isinstance(value, list):
+            continue
+        if prompts is None:
+            return f"{field} is a list, but the request has a single prompt: send one value, not a list"
+        if len(value) != prompts:
+            return (
+                f"{field} has {len(value)} entries but the batch has {prompts} prompts ({source}): "
+                "send one entry per prompt, or a single value for all"
+            )
+    return None
 
 
 def _group_error(probe: dict) -> Optional[str]:

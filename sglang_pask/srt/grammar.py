@@ -18,9 +18,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any, List, Optional
 
+from sglang.srt.constrained.base_grammar_backend import BaseGrammarObject, InvalidGrammarObject
 from sglang.srt.constrained.reasoner_grammar_backend import ReasonerGrammarObject
 from sglang.srt.constrained.xgrammar_backend import XGrammarGrammar, XGrammarGrammarBackend
 
+from sglang_pask.api.error_text import without_source_locations
 from sglang_pask.structure import RoleGrammar, RoleTracker, TokenVocab, hf_special_ids
 
 logger = logging.getLogger(__name__)
@@ -149,7 +151,9 @@ def request_grammar_roles(req: Any) -> tuple[int, Sequence[int]]:
 
 
 class RoleTrackingGrammarBackend(XGrammarGrammarBackend):
-    """``XGrammarGrammarBackend`` whose grammars are :class:`RoleTrackedGrammar` objects."""
+    """``XGrammarGrammarBackend`` whose grammars are :class:`RoleTrackedGrammar` objects, and whose
+    compile errors (the HTTP 400 a client gets) carry xgrammar's message without the source file and
+    line of its C++ code."""
 
     def __init__(self, tokenizer: Any, vocab_size: int, *args: Any, **kwargs: Any) -> None:
         global _process_vocab
@@ -172,3 +176,22 @@ class RoleTrackingGrammarBackend(XGrammarGrammarBackend):
             plain.grammar_stats,
             role_grammar=role_grammar_for(kind, key_string, self.role_vocab),
         )
+
+    def dispatch_json(self, key_string: str) -> BaseGrammarObject:
+        return _without_locations(super().dispatch_json(key_string))
+
+    def dispatch_ebnf(self, key_string: str) -> BaseGrammarObject:
+        return _without_locations(super().dispatch_ebnf(key_string))
+
+    def dispatch_regex(self, key_string: str) -> BaseGrammarObject:
+        return _without_locations(super().dispatch_regex(key_string))
+
+    def dispatch_structural_tag(self, key_string: str) -> BaseGrammarObject:
+        return _without_locations(super().dispatch_structural_tag(key_string))
+
+
+def _without_locations(grammar: BaseGrammarObject) -> BaseGrammarObject:
+    """``grammar``; if it is a compile error, with :func:`without_source_locations` of its message."""
+    if isinstance(grammar, InvalidGrammarObject):
+        grammar.error_message = without_source_locations(grammar.error_message)
+    return grammar

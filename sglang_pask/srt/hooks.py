@@ -25,6 +25,8 @@ _METRICS_COLLECTOR = "sglang.srt.observability.metrics_collector.SchedulerMetric
 _PREFILL_ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 _TORCH_NATIVE_BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
 _TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
+_SET_GLOBAL_STATE = "sglang.srt.entrypoints.http_server.set_global_state"
+_POOL_STATS = "sglang.srt.managers.scheduler_components.pool_stats_observer.SchedulerPoolStatsObserver._get_token_info"
 
 
 def register(config: PaskConfig) -> None:
@@ -36,6 +38,7 @@ def register(config: PaskConfig) -> None:
     from sglang_pask.srt.attention.triton import LayerGroupTritonAttnBackend
     from sglang_pask.srt.contract import contract_error, reject_unservable_prompt, sampling_params_with_flags
     from sglang_pask.srt.grammar import RoleTrackingGrammarBackend
+    from sglang_pask.srt.http_errors import install_validation_handler
     from sglang_pask.srt.leak_check import check_full_pool
     from sglang_pask.srt.output import ROLE_KEYS, PaskOutputStreamer, drop_absent_fields
 
@@ -50,6 +53,8 @@ def register(config: PaskConfig) -> None:
     # Prompts the engine would die on (tokenizer manager): HTTP 400 instead.
     HookRegistry.register(_VALIDATE_REQUEST, reject_unservable_prompt, HookType.BEFORE)
     HookRegistry.register(_TOKENIZER_MANAGER_INIT, _accept_flags(sampling_params_with_flags), HookType.AFTER)
+    # Bodies FastAPI cannot parse (HTTP server): the message names the problem, not the server's code.
+    HookRegistry.register(_SET_GLOBAL_STATE, install_validation_handler, HookType.AFTER)
     HookRegistry.register(
         _UPDATE_META_INFO, drop_absent_fields(ROLE_KEYS + (KV_STATS_KEY,), (KV_STATS_KEY,)), HookType.AROUND
     )
@@ -87,6 +92,8 @@ def register(config: PaskConfig) -> None:
     # Prometheus (--enable-metrics): the pool's gauges beside SGLang's.
     HookRegistry.register(_METRICS_COLLECTOR + ".__init__", metrics.create_gauges, HookType.AFTER)
     HookRegistry.register(_METRICS_COLLECTOR + ".log_stats", metrics.update_gauges, HookType.AFTER)
+    # SGLang's token usage (log, sglang:token_usage): the pool's own (metrics.report_pool_usage).
+    HookRegistry.register(_POOL_STATS, metrics.report_pool_usage, HookType.AFTER)
 
 
 def _report_state(config: PaskConfig):
