@@ -251,3 +251,49 @@ def test_prompts_shorter_than_min_prompt_are_served_unpruned(qwen2_dir, tmp_path
         assert_clean(server)
     finally:
         server.stop()
+
+
+def test_a_request_asking_for_prompt_logprobs_is_unpruned_and_its_batch_pruned_as_alone(qwen2_dir, tmp_path):
+    """Issue 51, problem 3: one request's logprobs switched StructKV off for its whole batch, so another
+    client's answer changed. The decision is per request: prompt logprobs need every row (that request
+    runs unpruned), output logprobs only the last one (that request is pruned as any other)."""
+    server = start(
+        qwen2_dir,
+        tmp_path / "logprobs.log",
+        "--kv-policy",
+        "snapkv",
+        "--kv-budget",
+        "0.5",
+        "--kv-decode",
+        "keep",
+        "--disable-radix-cache",
+        "--structkv",
+        "--structkv-prefill-ratio",
+        "0.25",
+        "--structkv-kv-ratio",
+        "0.125",
+    )
+    sampling = {"temperature": 0, "max_new_tokens": 8, "ignore_eos": True, "return_kv_kept": True}
+
+    def post(body: dict) -> object:
+        response = requests.post(f"{server.url}/generate", json={"sampling_params": sampling, **body}, timeout=300)
+        response.raise_for_status()
+        return response.json()
+
+    long, short = prompt(3, 300), prompt(4, 40)
+    try:
+        alone = post({"text": long})
+        assert "structkv" in alone["meta_info"]["kv_stats"]
+        batch = post({"text": [long, short], "return_logprob": [False, True], "logprob_start_len": [-1, 0]})
+        assert batch[0]["output_ids"] == alone["output_ids"]
+        assert batch[0]["meta_info"]["kv_stats"] == alone["meta_info"]["kv_stats"]
+        asked = batch[1]["meta_info"]
+        assert "structkv" not in asked["kv_stats"]
+        assert len(asked["input_token_logprobs"]) == asked["prompt_tokens"]
+        output_only = post({"text": long, "return_logprob": True})
+        assert output_only["output_ids"] == alone["output_ids"]
+        assert output_only["meta_info"]["kv_stats"]["structkv"] == alone["meta_info"]["kv_stats"]["structkv"]
+        assert len(output_only["meta_info"]["output_token_logprobs"]) == 8
+        assert_clean(server)
+    finally:
+        server.stop()

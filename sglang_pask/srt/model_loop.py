@@ -15,12 +15,13 @@ batch it runs the same steps itself, with a :class:`~sglang_pask.structkv.forwar
 3. After the final norm the skeleton rows are scattered back into ``(T, D)`` (rows outside the
    skeleton are 0): SGLang's logits processor reads each request's last row, which the window keeps.
 
-Eligible: an extend pass without speculative decoding, input embeddings, pipeline parallelism,
-captured hidden states or requested logprobs, on the layer-group attention backend, in a model of at
-least 3 layers. Anything else runs SGLang's own forward unchanged (no StructKV for that batch).
-A batch whose prompts are all shorter than ``--structkv-min-prompt`` runs SGLang's own forward too;
-in a batch with a longer one, the shorter ones compute every layer on all their tokens and keep the
-KV their ``--kv-policy`` chooses (:meth:`~sglang_pask.structkv.forward_pass.StructKVPass.prunes`).
+Eligible: an extend pass without speculative decoding, input embeddings, pipeline parallelism or
+captured hidden states, on the layer-group attention backend, in a model of at least 3 layers.
+Anything else runs SGLang's own forward unchanged (no StructKV for that batch). The decision to prune
+is per request: a prompt shorter than ``--structkv-min-prompt``, or one that asked for the logprobs
+of its prompt tokens, computes every layer on all its tokens and keeps the KV its ``--kv-policy``
+chooses (:meth:`~sglang_pask.structkv.forward_pass.StructKVPass.prunes`), while the other requests of
+its batch are pruned as they would be alone; a batch with nothing to prune runs SGLang's own forward.
 
 Semantics (README, "StructKV"): only the part of each prompt that the pass computes is pruned (a
 prefix matched in the radix cache is reused as cached, never dropped); chunked prefill is off under
@@ -104,13 +105,7 @@ def _begin(
     """A pass for this batch, or None when StructKV does not apply to it (see the module docstring)."""
     if forward_batch.forward_mode != ForwardMode.EXTEND:
         return None
-    if (
-        input_embeds is not None
-        or pp_proxy_tensors is not None
-        or kwargs
-        or forward_batch.return_logprob
-        or forward_batch.spec_info is not None
-    ):
+    if input_embeds is not None or pp_proxy_tensors is not None or kwargs or forward_batch.spec_info is not None:
         return None
     if getattr(model, "layers_to_capture", None) or not model.pp_group.is_first_rank or not model.pp_group.is_last_rank:
         return None
@@ -128,8 +123,9 @@ def _begin(
     rows = forward_batch.req_pool_indices.tolist()
     if sum(extend_lens) != positions.numel():
         return None
-    if not any(settings.prunes(prefix + n) for prefix, n in zip(prefix_lens, extend_lens)):
-        return None  # every prompt is shorter than --structkv-min-prompt: SGLang's own forward
+    unpruned = _wants_prompt_logprobs(forward_batch, extend_lens)
+    if not any(settings.prunes(p + n) and not u for p, n, u in zip(prefix_lens, extend_lens, unpruned)):
+        return None  # no prompt to prune (all short, or asking for prompt logprobs): SGLang's own forward
     segment_ends = None
     if settings.segments:
         table = _segment_end_table(input_ids.device)
@@ -146,7 +142,18 @@ def _begin(
         positions,
         forward_batch.out_cache_loc,
         segment_ends,
+        unpruned,
     )
+
+
+def _wants_prompt_logprobs(forward_batch: Any, extend_lens: list[int]) -> list[bool]:
+    """Per request of the batch: whether it asked for the logprobs of prompt tokens it computes now
+    (``logprob_start_len`` inside its extend), so the logits processor reads rows a skeleton would
+    not compute. Logprobs of output tokens only read the last row, which every skeleton keeps."""
+    starts = forward_batch.extend_logprob_start_lens_cpu
+    if not forward_batch.return_logprob or starts is None:
+        return [False] * len(extend_lens)
+    return [start < n for start, n in zip(starts, extend_lens)]
 
 
 _segment_tables: dict[torch.device, torch.Tensor] = {}

@@ -172,6 +172,10 @@ class StructKVPass:
         ``(T,)`` bool: which of the batch's tokens end a segment
         (:func:`sglang_pask.structkv.segment_end_table` of their ids); required with
         ``settings.segments``.
+    unpruned : list[bool], optional
+        Per request: True if it must compute every layer on all its tokens whatever its length (it
+        asked for the logprobs of its prompt tokens); such a request runs as one shorter than
+        ``--structkv-min-prompt`` does.
     """
 
     def __init__(
@@ -185,6 +189,7 @@ class StructKVPass:
         positions: Tensor,
         out_cache_loc: Tensor,
         segment_ends: Optional[Tensor] = None,
+        unpruned: Optional[list[bool]] = None,
     ) -> None:
         if settings.segments and segment_ends is None:
             raise ValueError("a segment skeleton needs the batch's segment ends")
@@ -208,11 +213,13 @@ class StructKVPass:
                     settings.score_window,
                     segments=None if not settings.segments else segment_ids(segment_ends[start : start + n]),
                 )
-                if settings.prunes(prefix + n)
+                if settings.prunes(prefix + n) and not whole
                 else None,
                 torch.arange(n, device=device),
             )
-            for row, prefix, n, start in zip(rows, prefix_lens, extend_lens, starts)
+            for row, prefix, n, start, whole in zip(
+                rows, prefix_lens, extend_lens, starts, unpruned or [False] * len(rows)
+            )
         ]
         self.rows = torch.arange(positions.numel(), device=device)
         self.positions = positions
