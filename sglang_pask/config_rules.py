@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Optional
 
 from sglang_pask.config import ConfigError, format_policy_args
-from sglang_pask.sglang_argv import flag_value, has_flag
+from sglang_pask.sglang_argv import PARALLEL_SIZE_FLAGS, flag_value, has_flag, parallel_size
 
 if TYPE_CHECKING:
     from sglang_pask.config import PaskConfig
@@ -138,6 +138,25 @@ def check_kv_cache_dtype(sglang_argv: list[str]) -> None:
             f"--kv-cache-dtype {dtype}: the layer-group pool does not serve SGLang's quantized KV dtypes yet (it is "
             "built and tested for KV in the model's dtype; its low-bit blocks are written bytewise into slots sized by "
             "that element); drop the flag (for low-bit KV use --kv-dropped 2bit or k4v2)"
+        )
+
+
+def check_parallelism(config: "PaskConfig", sglang_argv: list[str]) -> None:
+    """Refuse the parallel layouts the layer-group pool does not serve: pipeline parallelism (each
+    stage would hold some layers of the groups), and StructKV under tensor parallelism (each rank
+    would pick its pivot and skeleton from its own heads' scores, and the ranks' rows would diverge).
+    Tensor parallelism itself is served: the policies' scores are summed over the ranks."""
+    if parallel_size(sglang_argv, PARALLEL_SIZE_FLAGS[2]) > 1:
+        raise ConfigError(
+            "--pp-size: the layer-group pool does not serve pipeline parallelism (it plans groups over all of "
+            "the model's layers in one process); use --tp-size or --dp-size"
+        )
+    tp = parallel_size(sglang_argv, PARALLEL_SIZE_FLAGS[0])
+    if config.structkv and tp > 1:
+        raise ConfigError(
+            f"--structkv with --tp-size {tp}: StructKV's pivot and skeleton come from each rank's own attention "
+            "heads, so the ranks would compute different rows; serve StructKV with --tp-size 1 (use --dp-size "
+            "to scale out)"
         )
 
 

@@ -29,11 +29,12 @@ from sglang_pask.config_rules import (
     attention_backend_flags,
     check_kv_cache_dtype,
     check_kv_plan,
+    check_parallelism,
     check_sglang_version,
     check_tokenizer_workers,
     structkv_prefill_flags,
 )
-from sglang_pask.sglang_argv import flag_value, has_flag
+from sglang_pask.sglang_argv import PARALLEL_SIZE_FLAGS, flag_value, has_flag, parallel_size
 
 PROG = "python -m sglang_pask.launch_server"
 
@@ -70,6 +71,50 @@ def cpu_has_native_bf16(cpuinfo: Optional[str] = None) -> bool:
             return True
     flags = next((line.split(":", 1)[1].split() for line in cpuinfo.splitlines() if line.startswith("flags")), None)
     return flags is None or not NATIVE_BF16_CPU_FLAGS.isdisjoint(flags)
+
+
+# SGLang's CPU engine binds each rank's OpenMP threads to one NUMA node, and refuses more ranks than
+# nodes unless this variable names each rank's cores ("0-7|8-15").
+CPU_THREADS_BIND_ENV = "SGLANG_CPU_OMP_THREADS_BIND"
+NUMA_NODES = Path("/sys/devices/system/node")
+
+
+def cpu_rank_binding(ranks: int, cpus: list[int]) -> str:
+    """``SGLANG_CPU_OMP_THREADS_BIND`` giving each of ``ranks`` ranks an equal contiguous share of
+    ``cpus`` (the extra cores, if any, go to the first ranks), e.g. ``"0|1"`` or ``"0-3|4-7"``.
+
+    Raises
+    ------
+    ConfigError
+        If there are fewer CPUs than ranks.
+    """
+    if len(cpus) < ranks:
+        raise ConfigError(
+            f"{ranks} ranks (--tp-size x --dp-size x --pp-size) need at least one CPU core each; this host "
+            f"lets the server use {len(cpus)}"
+        )
+    share, extra = divmod(len(cpus), ranks)
+    parts, start = [], 0
+    for rank in range(ranks):
+        count = share + (1 if rank < extra else 0)
+        chunk = sorted(cpus)[start : start + count]
+        contiguous = chunk[-1] - chunk[0] == count - 1
+        parts.append(f"{chunk[0]}-{chunk[-1]}" if contiguous and count > 1 else ",".join(map(str, chunk)))
+        start += count
+    return "|".join(parts)
+
+
+def _cpu_ranks(sglang_argv: list[str]) -> int:
+    """Scheduler ranks the CPU engine starts: --tp-size x --dp-size x --pp-size."""
+    ranks = 1
+    for names in PARALLEL_SIZE_FLAGS:
+        ranks *= parallel_size(sglang_argv, names)
+    return ranks
+
+
+def _numa_nodes() -> int:
+    nodes = [p for p in NUMA_NODES.glob("node[0-9]*")] if NUMA_NODES.is_dir() else []
+    return max(1, len(nodes))
 
 
 def cpu_defaults() -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -155,6 +200,7 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         sglang_argv += structkv_prefill_flags(config, sglang_argv)
         check_kv_cache_dtype(sglang_argv)
         check_tokenizer_workers(sglang_argv)
+        check_parallelism(config, sglang_argv)
     except ConfigError as err:
         _fail(str(err))
     gpu = _gpu_available()
@@ -163,6 +209,12 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         for flag, defaults in cpu_defaults():
             if not has_flag(sglang_argv, flag):
                 sglang_argv += list(defaults)
+        ranks = _cpu_ranks(sglang_argv)
+        if ranks > _numa_nodes() and CPU_THREADS_BIND_ENV not in os.environ:
+            try:
+                os.environ[CPU_THREADS_BIND_ENV] = cpu_rank_binding(ranks, sorted(os.sched_getaffinity(0)))
+            except ConfigError as err:
+                _fail(str(err))
         unchunked = (flag_value(sglang_argv, "--chunked-prefill-size") or "").strip() == "-1"
         if unchunked and not has_flag(sglang_argv, "--mem-fraction-static"):
             # Without chunked prefill SGLang reserves activation memory for --max-prefill-tokens

@@ -8,6 +8,8 @@ import time
 
 import pytest
 
+from sglang_pask.config import ConfigError
+
 LAUNCHER = [sys.executable, "-m", "sglang_pask.launch_server"]
 
 
@@ -64,6 +66,9 @@ def run_launcher(*args: str, timeout: float = 120) -> subprocess.CompletedProces
         (["--structkv", "--skip-tokenizer-init"], "--structkv-select segments: needs the tokenizer"),
         (["--kv-cache-dtype", "fp8_e4m3"], "--kv-cache-dtype fp8_e4m3: the layer-group pool does not serve SGLang's"),
         (["--tokenizer-worker-num", "2"], "--tokenizer-worker-num 2: SGLang starts extra tokenizer workers without"),
+        (["--pp-size", "2"], "--pp-size: the layer-group pool does not serve pipeline parallelism"),
+        (["--structkv", "--tp-size", "2"], "--structkv with --tp-size 2: StructKV's pivot and skeleton come from"),
+        (["--structkv", "--tensor-parallel-size=2"], "--structkv with --tp-size 2"),
         (
             ["--kv-policy", "streaming-llm", "--kv-policy-args", "sinks=8"],
             "--kv-policy-args sinks=8: policy 'streaming-llm' has no option 'sinks'; its options: num_sinks",
@@ -270,3 +275,27 @@ def test_low_bit_dropped_tokens_are_served_on_triton():
         ["--kv-policy", "snapkv", "--kv-budget", "0.02", "--kv-dropped", "k4v2", "--kv-decode", "lowbit"]
     )
     assert attention_backend_flags(config, sglang_argv, gpu=True)[:2] == ["--attention-backend", "triton"]
+
+
+@pytest.mark.parametrize(
+    "ranks, cpus, binding",
+    [
+        (2, [0, 1], "0|1"),
+        (2, list(range(16)), "0-7|8-15"),
+        (3, list(range(8)), "0-2|3-5|6-7"),
+        (2, [0, 2, 4, 6], "0,2|4,6"),
+    ],
+)
+def test_each_cpu_rank_gets_its_share_of_the_cores(ranks, cpus, binding):
+    from sglang_pask.launch_server import cpu_rank_binding
+
+    assert cpu_rank_binding(ranks, cpus) == binding
+
+
+def test_more_ranks_than_cores_is_refused():
+    from sglang_pask.launch_server import cpu_rank_binding
+
+    with pytest.raises(
+        ConfigError, match="4 ranks .* need at least one CPU core each; this host lets the server use 2"
+    ):
+        cpu_rank_binding(4, [0, 1])

@@ -20,7 +20,7 @@ whose request carries a calibration probe are in :attr:`KVViewTable.probes` and 
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -67,6 +67,10 @@ class KVViewTable:
         ``--kv-decode lowbit``: after each decode step a group drops (to low-bit blocks) the oldest
         generated tokens outside the window, this many at a time once that many have gathered, so
         each fills one whole block; the policy does not choose them.
+    reduce_scores : callable, optional
+        Sums a step's ``(k,)`` float32 scores over the tensor-parallel ranks, in place, before they
+        are folded in: each rank scores with its own KV heads, and every rank must keep the same
+        tokens (called the same number of times, in the same order, on every rank).
     """
 
     DECODE_SLACK = 4
@@ -86,6 +90,7 @@ class KVViewTable:
         holds: Optional[HoldsFn] = None,
         dropped_block: Optional[tuple[int, int]] = None,
         decode_block: Optional[int] = None,
+        reduce_scores: Optional[Callable[[Tensor], None]] = None,
     ):
         if decode_block is not None and (compress_decode or decode_block < 1):
             raise ValueError(
@@ -105,6 +110,7 @@ class KVViewTable:
         self.holds = holds
         self.dropped_block = dropped_block
         self.decode_block = decode_block
+        self.reduce_scores = reduce_scores
         self.views: dict[int, RequestView] = {}
         # Rows whose request carries a calibration probe (empty unless calibration is running).
         self.probes: dict[int, CalibrationProbe] = {}
@@ -284,4 +290,6 @@ class KVViewTable:
             request.shared_upto = seq_len
 
     def _fold_scores(self, view: GroupView) -> None:
+        if view.pending is not None and self.reduce_scores is not None:
+            self.reduce_scores(view.pending)
         fold_scores(view, self.policy, self.score_window, self.device)

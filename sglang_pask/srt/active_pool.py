@@ -8,6 +8,7 @@ request-row hooks (:mod:`.rows`), ``/server_info`` (:mod:`.hooks`) and the Prome
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -54,6 +55,15 @@ class ActivePool:
             positions = view.positions(request.seq_len, req_to_token.device)
             held.append(positions[self.pool.physical(group, req_to_token[row, positions]) > 0])
         return held
+
+    def held_digests(self) -> list[str]:
+        """``(num_groups,)`` a short hash of the virtual ids each group holds at full precision: equal
+        on two ranks (or servers) exactly when they hold the same tokens."""
+        digests = []
+        for group in range(self.pool.layout.num_groups):
+            held = torch.nonzero(self.pool.group_loc[group] > 0).flatten().to(torch.int64).cpu()
+            digests.append(hashlib.sha1(held.numpy().tobytes()).hexdigest()[:16])
+        return digests
 
     def token_usage(self) -> float:
         """The fullest layer group's share of its slots in use (tokens the radix cache holds included),

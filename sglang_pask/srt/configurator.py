@@ -33,6 +33,7 @@ from sglang_pask.policy.resolve import build_policy
 from sglang_pask.srt.active_pool import ActivePool, active, lowbit_format, set_active
 from sglang_pask.srt.pool import LayerGroupAllocator, LayerGroupMHAKVPool
 from sglang_pask.srt.roles import RequestRoles
+from sglang_pask.srt.tensor_parallel import score_reducer
 
 
 def pool_builder(config: PaskConfig):
@@ -180,6 +181,7 @@ def build_allocator(
         holds=holds,
         dropped_block=dropped_block,
         decode_block=BLOCK_TOKENS if state.config.kv_decode == "lowbit" else None,
+        reduce_scores=score_reducer(),
     )
     state.pool.views = state.views
     return allocator

@@ -99,14 +99,20 @@ def register(config: PaskConfig) -> None:
 def _report_state(config: PaskConfig):
     """AFTER hook: the scheduler's internal state (``/server_info`` -> ``internal_states``) carries
     the sglang-pask config as the scheduler process itself sees it, with that process's pid, and the
-    layer-group pool's usage (``kv_pool``: slots and bytes in use per group, full-KV equivalent)."""
+    layer-group pool's usage (``kv_pool``: slots and bytes in use per group, full-KV equivalent).
+    Under tensor parallelism ``tp_ranks`` holds each rank's ``kv_pool`` and ``held`` (per group, a
+    hash of the tokens it holds at full precision), gathered from every rank."""
     from sglang_pask.srt.active_pool import active
+    from sglang_pask.srt.tensor_parallel import gather_rank_reports
 
     def add_state(result: Any, *args: Any, **kwargs: Any) -> Any:
         state = {**config.to_dict(), "pid": os.getpid()}
         pool = active()
         if pool is not None and pool.allocator is not None:
             state["kv_pool"] = pool.usage()
+            ranks = gather_rank_reports({"kv_pool": state["kv_pool"], "held": pool.held_digests()})
+            if ranks is not None:
+                state["tp_ranks"] = ranks
         result.internal_state["sglang_pask"] = state
         return result
 
