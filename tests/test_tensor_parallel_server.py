@@ -148,3 +148,23 @@ def test_every_rank_keeps_the_same_tokens_under_load_and_frees_every_slot(
             assert all(g["slots_in_use"] == 0 for g in report["kv_pool"]["groups"])
     finally:
         server.stop()
+
+
+def test_data_parallel_replicas_each_have_their_own_pool(tiny_model_dir, tmp_path):
+    """``--dp-size 2``: SGLang's DP controller sends requests to two schedulers, each with its pool."""
+    args = ["--model-path", str(tiny_model_dir), *TINY_SGLANG_FLAGS, "--dp-size", "2"]
+    flags = ["--kv-policy", "snapkv", "--kv-budget", "0.33", "--kv-layer-groups", "0-0,1-1"]
+    server = ServerProcess([*args, *flags], tmp_path / "dp2.log").wait_ready(timeout_s=420)
+    try:
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            outs = list(pool.map(lambda i: generate(server, SYSTEM + WORDS[i], max_new_tokens=16), range(8)))
+        assert all(out["meta_info"]["completion_tokens"] == 16 for out in outs)
+        states = requests.get(f"{server.url}/server_info", timeout=120).json()["internal_states"]
+        pools = [state["sglang_pask"]["kv_pool"] for state in states]
+        assert len({state["sglang_pask"]["pid"] for state in states}) == 2
+        assert all(p["tokens_in_use"] > 0 for p in pools)  # both replicas served and cached
+        assert requests.post(f"{server.url}/flush_cache", timeout=60).status_code == 200
+        states = requests.get(f"{server.url}/server_info", timeout=120).json()["internal_states"]
+        assert all(state["sglang_pask"]["kv_pool"]["tokens_in_use"] == 0 for state in states)
+    finally:
+        server.stop()
