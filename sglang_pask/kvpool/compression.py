@@ -68,9 +68,9 @@ class KVViewTable:
         generated tokens outside the window, this many at a time once that many have gathered, so
         each fills one whole block; the policy does not choose them.
     reduce_scores : callable, optional
-        Sums a step's ``(k,)`` float32 scores over the tensor-parallel ranks, in place, before they
-        are folded in: each rank scores with its own KV heads, and every rank must keep the same
-        tokens (called the same number of times, in the same order, on every rank).
+        Sums a ``(k,)`` float32 tensor over the tensor-parallel ranks, in place (one collective):
+        each rank scores with its own KV heads, and every rank must keep the same tokens, so the
+        caller runs :meth:`share_scores` for each group's step before compressing it.
     """
 
     DECODE_SLACK = 4
@@ -289,7 +289,19 @@ class KVViewTable:
         if is_extend:
             request.shared_upto = seq_len
 
+    def share_scores(self, group: int, rows: list[int]) -> None:
+        """Sum the step's pending scores of ``group`` for ``rows`` over the tensor-parallel ranks
+        (:attr:`reduce_scores`), all rows in one collective; nothing on one rank. Every rank calls it
+        with the same rows in the same order (same batch), so the collectives match."""
+        if self.reduce_scores is None:
+            return
+        pending = [view.pending for view in (self.views[row].groups[group] for row in rows) if view.pending is not None]
+        if not pending:
+            return
+        flat = torch.cat(pending)
+        self.reduce_scores(flat)
+        for scores, summed in zip(pending, flat.split([p.numel() for p in pending])):
+            scores.copy_(summed)
+
     def _fold_scores(self, view: GroupView) -> None:
-        if view.pending is not None and self.reduce_scores is not None:
-            self.reduce_scores(view.pending)
         fold_scores(view, self.policy, self.score_window, self.device)

@@ -287,6 +287,7 @@ class LayerGroupReads:
         assert self.views is not None
         pool: LayerGroupMHAKVPool = self.token_to_kv_pool
         for group, layers in enumerate(pool.layout.ranges):
+            self.views.share_scores(group, [row for row, _, _, _ in self._batch])
             for index, (row, seq_len, _, _) in enumerate(self._batch):
                 if prune.prunes(index):
                     self.views.keep_only(row, group, seq_len, prune.kv_keep(index, group, layers))
@@ -300,6 +301,7 @@ class LayerGroupReads:
         """After a group's last layer: compress it per request; after the last group, close the step."""
         assert self.views is not None
         last = group == len(self.views.group_budgets) - 1
+        self.views.share_scores(group, [row for row, _, _, _ in self._batch])
         for row, seq_len, _, _ in self._batch:
             self.views.finish_group(row, group, seq_len, is_extend)
             if last:
