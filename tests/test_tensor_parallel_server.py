@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import requests
 from conftest import TINY_SERVER_FLAGS, TINY_SGLANG_FLAGS
-from test_pask_server import write_policy
+from test_pask_server import SCHEMA, write_policy
 
 from sglang_pask.server_process import ServerProcess
 
@@ -26,16 +26,6 @@ pytestmark = pytest.mark.server
 
 SYSTEM = "You are a careful assistant. Tools: get_weather(city, unit), get_time(zone). " * 2
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
-SCHEMA = json.dumps(
-    {
-        "type": "object",
-        "properties": {
-            "city": {"type": "string", "enum": ["Paris", "Rome"]},
-            "days": {"type": "integer", "minimum": 1, "maximum": 9},
-        },
-        "required": ["city", "days"],
-    }
-)
 REGEX = r"(yes|no)[0-9]{2}"
 
 
