@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import requests
-from conftest import TINY_SERVER_FLAGS, TINY_SGLANG_FLAGS
 from test_pask_server import SCHEMA, write_policy
 
 from sglang_pask.server_process import ServerProcess
@@ -26,11 +25,13 @@ pytestmark = pytest.mark.server
 
 SYSTEM = "You are a careful assistant. Tools: get_weather(city, unit), get_time(zone). " * 2
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho".split()
+# The shared tiny servers' SGLang flag (tests/conftest.py): a random model favours whitespace.
+SGLANG_FLAGS = ["--constrained-json-disable-any-whitespace"]
 REGEX = r"(yes|no)[0-9]{2}"
 
 
 def start_tp2(model_dir: Path, log: Path, *flags: str) -> ServerProcess:
-    args = ["--model-path", str(model_dir), *TINY_SGLANG_FLAGS, "--tp-size", "2", *flags]
+    args = ["--model-path", str(model_dir), *SGLANG_FLAGS, "--tp-size", "2", *flags]
     return ServerProcess(args, log).wait_ready(timeout_s=420)
 
 
@@ -93,10 +94,10 @@ def mixed_load(server: ServerProcess, count: int = 50) -> None:
     assert results.count("ok") == count - count // 4
 
 
-def test_at_budget_1_two_ranks_answer_as_one(tiny_server, tiny_model_dir, tmp_path):
+def test_at_budget_1_two_ranks_answer_as_one(tiny_server, tiny_server_flags, tiny_model_dir, tmp_path):
     prompts = ["def forward(self, x):", SYSTEM + "Weather in Rome?", "import numpy as np\n"]
     expected = [generate(tiny_server, p, max_new_tokens=12, ignore_eos=True)["output_ids"] for p in prompts]
-    server = start_tp2(tiny_model_dir, tmp_path / "tp2_full.log", *TINY_SERVER_FLAGS)
+    server = start_tp2(tiny_model_dir, tmp_path / "tp2_full.log", *tiny_server_flags)
     try:
         got = [generate(server, p, max_new_tokens=12, ignore_eos=True)["output_ids"] for p in prompts]
         assert got == expected
@@ -142,7 +143,7 @@ def test_every_rank_keeps_the_same_tokens_under_load_and_frees_every_slot(
 
 def test_data_parallel_replicas_each_have_their_own_pool(tiny_model_dir, tmp_path):
     """``--dp-size 2``: SGLang's DP controller sends requests to two schedulers, each with its pool."""
-    args = ["--model-path", str(tiny_model_dir), *TINY_SGLANG_FLAGS, "--dp-size", "2"]
+    args = ["--model-path", str(tiny_model_dir), *SGLANG_FLAGS, "--dp-size", "2"]
     flags = ["--kv-policy", "snapkv", "--kv-budget", "0.33", "--kv-layer-groups", "0-0,1-1"]
     server = ServerProcess([*args, *flags], tmp_path / "dp2.log").wait_ready(timeout_s=420)
     try:
