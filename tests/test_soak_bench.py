@@ -401,12 +401,13 @@ def test_a_stream_that_stops_midway_is_a_hang(stub):
 # Layer groups and dropping on the tiny model's 2 layers.
 TINY_CONFIG = "tiny-drop=--kv-policy snapkv --kv-budget 0.5 --kv-layer-groups 0-0,1-1"
 SOAK_MINUTES = "1"
+# The shared tiny servers' SGLang flag (tests/conftest.py; not imported from there, since
+# tests/structure has a conftest of its own): a random model favours whitespace.
+TINY_SGLANG_FLAGS = ["--constrained-json-disable-any-whitespace"]
 
 
 @pytest.mark.server
 def test_short_soak_of_a_tiny_model_server(tiny_model_dir: Path, tmp_path: Path):
-    from conftest import TINY_SGLANG_FLAGS
-
     report = tmp_path / "soak.json"
     server_args = " ".join(["--model-path", str(tiny_model_dir), *TINY_SGLANG_FLAGS])
     argv = ["--minutes", SOAK_MINUTES, "--configs", TINY_CONFIG, "--server-args", server_args, "--quiet"]
