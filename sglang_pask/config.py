@@ -190,6 +190,10 @@ def _unit_interval(value: Any) -> Optional[str]:
     return None if ok else f"must be in (0, 1], got {value}"
 
 
+def _unit_interval_or_none(value: Any) -> Optional[str]:
+    return None if value is None else _unit_interval(value)
+
+
 def _at_least(minimum: int, unit: str) -> Callable[[Any], Optional[str]]:
     def check(value: Any) -> Optional[str]:
         if value is None:
@@ -271,6 +275,19 @@ class PaskConfig:
         check=_unit_interval,
         metavar="FRACTION",
         help="Total KV budget as a fraction of full KV, in (0, 1].",
+    )
+    kv_bytes: Optional[float] = _flag(
+        None,
+        parse=_number,
+        check=_unit_interval_or_none,
+        metavar="FRACTION",
+        help="KV memory per request as a share of full KV's bytes at the served KV dtype, in (0, 1]; sets "
+        "--kv-budget (give one of the two). With --kv-dropped drop the budget is this share; with 2bit or k4v2 "
+        "it is what is left after every other prompt token is stored at low bits (refused at or below that "
+        "format's own cost: 3/16 or 1/4 of a bf16 slot); with --kv-policy pask and a low-bit --kv-dropped, a "
+        "tiered policy file solved for this share decides per layer group and role what stays in full, at low "
+        "bits or is evicted (the shipped one for the served model when --pask-policy is not given). The "
+        "window, attention sinks and generated tokens come on top.",
     )
     kv_policy_args: PolicyArgs = _flag(
         (),

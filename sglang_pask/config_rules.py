@@ -46,6 +46,8 @@ def check_config(config: "PaskConfig") -> None:
             f"--kv-decode lowbit stores generated tokens in low-bit blocks: it needs --kv-dropped "
             f"2bit or k4v2, got --kv-dropped {config.kv_dropped}"
         )
+    if config.kv_bytes is not None:
+        _check_kv_bytes(config)
     if config.kv_dropped != "drop":
         _check_lowbit_dropped(config)
     if config.structkv_mode != "structkv" and config.structkv_pivot == "auto":
@@ -56,9 +58,16 @@ def check_config(config: "PaskConfig") -> None:
         _check_policy_args(config)
 
 
+def _check_kv_bytes(config: "PaskConfig") -> None:
+    if config.kv_policy == "full":
+        raise ConfigError("--kv-bytes: --kv-policy full keeps all of full KV's bytes; choose a compressing policy")
+    if config.structkv:
+        raise ConfigError("--kv-bytes: not supported with --structkv (StructKV sizes each group's KV itself)")
+
+
 def _check_lowbit_dropped(config: "PaskConfig") -> None:
     dropped = config.kv_dropped
-    if config.kv_policy == "full" or config.kv_budget >= 1.0:
+    if config.kv_policy == "full" or (config.kv_budget >= 1.0 and config.kv_bytes is None):
         raise ConfigError(
             f"--kv-dropped {dropped}: nothing is dropped with --kv-policy {config.kv_policy} "
             f"at --kv-budget {config.kv_budget:g}; choose a compressing policy and a budget below 1"
@@ -98,6 +107,7 @@ def check_kv_plan(config: "PaskConfig", num_layers: int, context_len: int, model
             model_name,
             config.kv_decode,
             config.kv_policy_args,
+            config.kv_dropped,
         )
     except PolicyFileError as err:
         raise ConfigError(f"--pask-policy: {err}") from None

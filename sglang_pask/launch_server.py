@@ -34,6 +34,7 @@ from sglang_pask.config_rules import (
     check_tokenizer_workers,
     structkv_prefill_flags,
 )
+from sglang_pask.kv_bytes import kv_itemsize, resolve_kv_bytes
 from sglang_pask.sglang_argv import PARALLEL_SIZE_FLAGS, flag_value, has_flag, parallel_size
 
 PROG = "python -m sglang_pask.launch_server"
@@ -238,6 +239,13 @@ def prepare(argv: list[str]) -> tuple[PaskConfig, list[str]]:
         if not has_flag(sglang_argv, "--tool-call-parser"):
             sglang_argv += ["--tool-call-parser", DEFAULT_MODEL_TOOL_PARSER]
     model_config = _model_config(model_path)
+    if config.kv_bytes is not None:
+        if has_flag(argv, "--kv-budget"):
+            _fail("--kv-bytes sets --kv-budget: give one of the two")
+        try:
+            config = resolve_kv_bytes(config, kv_itemsize(sglang_argv, model_config), Path(model_path).name)
+        except ConfigError as err:
+            _fail(str(err))
     if model_config is not None and model_config.get("num_hidden_layers") is not None:
         context_len = flag_value(sglang_argv, "--context-length") or model_config.get("max_position_embeddings")
         try:

@@ -112,6 +112,17 @@ def test_layer_groups_checked_against_the_model_before_it_loads(tiny_model_dir):
     assert "--structkv-pivot: layer 1 leaves no layer to prune; the model has 2 layers" in result.stderr
 
 
+def test_impossible_byte_budgets_are_refused_before_the_model_loads(tiny_model_dir):
+    model = ("--model-path", str(tiny_model_dir))
+    both = run_launcher(*model, "--kv-policy", "snapkv", "--kv-bytes", "0.3", "--kv-budget", "0.2")
+    assert both.returncode == 2 and "--kv-bytes sets --kv-budget: give one of the two" in both.stderr
+    below = run_launcher(
+        *model, "--kv-policy", "snapkv", "--kv-bytes", "0.1", "--kv-dropped", "k4v2", "--kv-decode", "keep"
+    )
+    assert below.returncode == 2
+    assert "--kv-bytes 0.1: with --kv-dropped k4v2 every prompt token not kept in full still costs" in below.stderr
+
+
 def test_unknown_flag_is_rejected_by_sglang_parser(tiny_model_dir):
     result = run_launcher("--model-path", str(tiny_model_dir), "--no-such-flag", "1")
     assert result.returncode == 2

@@ -28,7 +28,7 @@ from torch import Tensor
 from sglang_pask.kvpool import probe as probes
 from sglang_pask.kvpool.probe import CalibrationProbe, ProbeFn
 from sglang_pask.kvpool.scores import add_layer_scores, fold_scores
-from sglang_pask.kvpool.views import DropFn, GroupView, HoldsFn, RequestView, RolesFn
+from sglang_pask.kvpool.views import DropFn, GroupView, HoldsFn, RequantizeFn, RequestView, RolesFn
 from sglang_pask.policy import KVPolicy, capacity, extend_capacity
 from sglang_pask.structure import Role
 
@@ -45,7 +45,8 @@ class KVViewTable:
     window : int
         Newest positions every group keeps.
     drop : DropFn
-        Frees a group's slots of a row's positions.
+        Frees a group's slots of a row's positions (under a low-bit ``--kv-dropped`` mode, storing them
+        at low bits).
     slack : int
         During decode, compress once a group's private tokens exceed capacity by this many.
     compress_decode : bool
@@ -67,6 +68,12 @@ class KVViewTable:
         ``--kv-decode lowbit``: after each decode step a group drops (to low-bit blocks) the oldest
         generated tokens outside the window, this many at a time once that many have gathered, so
         each fills one whole block; the policy does not choose them.
+    evict : DropFn, optional
+        Frees a group's slots of a row's positions, storing nothing: the evicted tier of a tiered
+        policy (:attr:`~sglang_pask.policy.KeepDecision.lowbit`). Default: ``drop``.
+    requantize : RequantizeFn, optional
+        Replaces the K/V a group holds at a row's positions by their low-bit round trip in the named
+        ``--kv-dropped`` format, in place (calibration probes measuring the low-bit tier, :mod:`.probe`).
     reduce_scores : callable, optional
         Sums a ``(k,)`` float32 tensor over the tensor-parallel ranks, in place (one collective):
         each rank scores with its own KV heads, and every rank must keep the same tokens, so the
@@ -91,6 +98,8 @@ class KVViewTable:
         dropped_block: Optional[tuple[int, int]] = None,
         decode_block: Optional[int] = None,
         reduce_scores: Optional[Callable[[Tensor], None]] = None,
+        evict: Optional[DropFn] = None,
+        requantize: Optional[RequantizeFn] = None,
     ):
         if decode_block is not None and (compress_decode or decode_block < 1):
             raise ValueError(
@@ -105,6 +114,8 @@ class KVViewTable:
         self.window = window
         self.score_window = max(1, window) if score_window is None else score_window
         self.drop = drop
+        self.evict = drop if evict is None else evict
+        self.requantize = requantize
         self.slack = slack
         self.compress_decode = compress_decode
         self.holds = holds
@@ -212,7 +223,14 @@ class KVViewTable:
             inside = candidates < known.numel()
             scores[inside] = known[candidates[inside]]
         decision = policy.select(candidates, roles, scores, cap, self.window, seq_len)
-        if decision.evict.numel():
+        if decision.lowbit is not None:
+            gone = torch.ones(decision.evict.numel(), dtype=torch.bool, device=self.device)
+            gone[torch.searchsorted(decision.evict, decision.lowbit)] = False
+            if bool(gone.any()):  # first, so that their slots can hold the low-bit blocks
+                self.evict(row, group, candidates[decision.evict[gone]])
+            if decision.lowbit.numel():
+                self.drop(row, group, candidates[decision.lowbit])
+        elif decision.evict.numel():
             self.drop(row, group, candidates[decision.evict])
         kept = torch.cat((held[held < request.shared_upto], candidates[decision.keep]))
         view.kept, view.upto = kept, seq_len

@@ -385,3 +385,41 @@ class LowBitStore:
         self.token_block.zero_()
         for table in self.tables:
             table.clear()
+
+
+def requantize_in_place(pool: Any, group: int, physical: torch.Tensor, block_format: BlockFormat) -> None:
+    """Replace the K/V that ``physical`` slots hold in each of ``group``'s layers by their low-bit round
+    trip: quantized in blocks of :data:`BLOCK_TOKENS` slots in the given order (as :meth:`LowBitStore.quantize`
+    would store them), dequantized, written back in the pool's dtype. Calibration probes use it to
+    measure what keeping tokens at low bits costs, without a block store.
+
+    Parameters
+    ----------
+    pool : LayerGroupMHAKVPool
+        The pool (``layout.ranges``, ``k_buffer``, ``v_buffer``, ``head_num``, ``head_dim``).
+    physical : Tensor
+        ``(n,)`` int64 physical slots of the group, in ascending position order.
+    """
+    if not physical.numel():
+        return
+    heads, head_dim = pool.head_num, pool.head_dim
+    chunks = physical.long().split(BLOCK_TOKENS)
+    for layer in pool.layout.ranges[group]:
+        for buffer, quantize, dequantize, bits in (
+            (
+                pool.k_buffer[layer - pool.start_layer],
+                quantize_key_blocks,
+                dequantize_key_blocks,
+                block_format.key_bits,
+            ),
+            (
+                pool.v_buffer[layer - pool.start_layer],
+                quantize_value_blocks,
+                dequantize_value_blocks,
+                block_format.value_bits,
+            ),
+        ):
+            blocks = torch.stack([pad_block(buffer[chunk]) for chunk in chunks])
+            restored = dequantize(quantize(blocks, bits), heads, head_dim, bits)
+            for i, chunk in enumerate(chunks):
+                buffer[chunk] = restored[i, : chunk.numel()].to(buffer.dtype)

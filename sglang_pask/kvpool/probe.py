@@ -41,6 +41,9 @@ class CalibrationProbe:
     drop_group, drop_role : int or None
         Drop every private token of this role in this layer group (every group if ``drop_group``
         is :data:`ALL_GROUPS`), keep everything else.
+    lowbit : str or None
+        With ``drop_group``: instead of dropping them, keep those tokens as their low-bit round trip in
+        this ``--kv-dropped`` format (``2bit`` or ``k4v2``), in place: what a low-bit tier would read.
     distortion_budget : float or None
         Measure, per layer group, the attention-output distortion of keeping this budget's
         score-ordered subset of the prompt (the prompt's last ``score_window`` queries; nothing is
@@ -50,6 +53,7 @@ class CalibrationProbe:
     drop_group: Optional[int] = None
     drop_role: Optional[int] = None
     distortion_budget: Optional[float] = None
+    lowbit: Optional[str] = None
 
 
 # A function that gives a row's calibration probe, if its request carries one.
@@ -62,20 +66,52 @@ def finish_group(
     """A drop probe's group finished a step: drop the probe's role there, as the server would
     compress (under ``--kv-decode keep``, decode drops no generated token)."""
     if probe.drop_group in (group, ALL_GROUPS) and (is_extend or table.compress_decode):
-        drop_role(table, row, group, seq_len, probe.drop_role)
+        if probe.lowbit is None:
+            drop_role(table, row, group, seq_len, probe.drop_role)
+        else:
+            requantize_role(table, row, group, seq_len, probe.drop_role, probe.lowbit)
+
+
+def _role_positions(
+    table: "KVViewTable", row: int, group: int, seq_len: int, role: Optional[int]
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The row's positions ``group`` reads ``(k,)``, its private ones ``(p,)``, and which of those are
+    of ``role`` ``(p,)`` bool."""
+    request = table.views[row]
+    held = request.groups[group].positions(seq_len, table.device)
+    private = held[held >= request.shared_upto]
+    roles = table.roles_of(row, private) if table.roles_of is not None else torch.full_like(private, -1)
+    return held, private, roles == role
 
 
 def drop_role(table: "KVViewTable", row: int, group: int, seq_len: int, role: Optional[int]) -> None:
     """Drop the row's private tokens of ``role`` from ``group``."""
     request = table.views[row]
     view = request.groups[group]
-    held = view.positions(seq_len, table.device)
-    private = held[held >= request.shared_upto]
-    roles = table.roles_of(row, private) if table.roles_of is not None else torch.full_like(private, -1)
-    dropped = private[roles == role]
-    if dropped.numel():
-        table.drop(row, group, dropped)
-    view.kept = torch.cat((held[held < request.shared_upto], private[roles != role]))
+    held, private, of_role = _role_positions(table, row, group, seq_len, role)
+    if bool(of_role.any()):
+        table.drop(row, group, private[of_role])
+    view.kept = torch.cat((held[held < request.shared_upto], private[~of_role]))
+    view.upto = seq_len
+
+
+def requantize_role(table: "KVViewTable", row: int, group: int, seq_len: int, role: Optional[int], lowbit: str) -> None:
+    """Replace the K/V of the row's private tokens of ``role`` not yet requantized in ``group`` by their
+    low-bit round trip in format ``lowbit`` (nothing leaves the view).
+
+    Raises
+    ------
+    RuntimeError
+        If the view table has no requantize function (a pool without layer groups).
+    """
+    if table.requantize is None:
+        raise RuntimeError("a low-bit calibration probe needs the layer-group pool's requantize function")
+    request = table.views[row]
+    view = request.groups[group]
+    _, private, of_role = _role_positions(table, row, group, seq_len, role)
+    fresh = private[of_role & (private >= view.upto)]
+    if fresh.numel():
+        table.requantize(row, group, fresh, lowbit)
     view.upto = seq_len
 
 

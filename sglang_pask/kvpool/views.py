@@ -28,6 +28,9 @@ from sglang_pask.kvpool.probe import CalibrationProbe
 
 # A function that frees group ``g``'s slots of some positions of a request row: (row, group, positions).
 DropFn = Callable[[int, int, Tensor], None]
+# A function that replaces group ``g``'s K/V of some positions of a request row by their low-bit round
+# trip in a ``--kv-dropped`` format, in place: (row, group, positions, format).
+RequantizeFn = Callable[[int, int, Tensor, str], None]
 # A function that gives the roles of some positions of a request row: (row, positions) -> roles.
 RolesFn = Callable[[int, Tensor], Tensor]
 # A function that says which positions of a request row group ``g`` holds at full precision:

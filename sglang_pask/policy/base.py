@@ -22,7 +22,7 @@ shared through the radix cache are never candidates (the caller keeps them).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import ClassVar, NamedTuple
+from typing import ClassVar, NamedTuple, Optional
 
 import torch
 from torch import Tensor
@@ -36,13 +36,19 @@ class KeepDecision(NamedTuple):
     Attributes
     ----------
     keep : Tensor
-        (k,) int64, sorted ascending, unique: indices into the candidates to keep; ``k <= capacity``.
+        (k,) int64, sorted ascending, unique: indices into the candidates to keep at full precision;
+        ``k <= capacity``.
     evict : Tensor
-        (n - k,) int64, sorted ascending: the other indices, whose slots the caller frees.
+        (n - k,) int64, sorted ascending: the other indices, whose full-precision slots the caller frees.
+    lowbit : Tensor or None
+        (j,) int64, sorted ascending, a subset of ``evict``: the candidates a tiered policy keeps at low
+        bits; the rest of ``evict`` leave the group. None (every untiered policy): the server's
+        ``--kv-dropped`` mode decides for all of ``evict``.
     """
 
     keep: Tensor
     evict: Tensor
+    lowbit: Optional[Tensor] = None
 
 
 class KVPolicy(ABC):

@@ -17,6 +17,13 @@ If the window and the floors together exceed the capacity, the floors lose their
 tokens first: a group never keeps more than its capacity. Only table lookups, sorts and a top-k run
 on the hot path. With every floor at zero this is the score-ordered fill.
 
+A *tiered* table (:attr:`PaskTable.lowbit`, for a server with a low-bit ``--kv-dropped`` format)
+gives each (group, role) three tiers: of role ``r``'s candidates, the best-scored ``f[g, r]`` share is
+kept at full precision (as above), the next ``l[g, r]`` share at low bits, and the rest is evicted
+(:attr:`~.base.KeepDecision.lowbit`). A candidate the capacity pushes out of the full tier falls to
+the low-bit tier when its role's cumulative share ``f + l`` covers it. Without ``lowbit`` every
+candidate not kept goes to the server's ``--kv-dropped`` mode.
+
 The group budgets follow the residual shares: group ``g`` with ``L_g`` of the ``L`` layers gets
 ``b_g = share_g * t * L / L_g`` of total budget ``t`` (the layer-weighted mean stays ``t``), clipped
 at 1 with the excess handed to the other groups in proportion to their shares.
@@ -59,6 +66,10 @@ class PaskTable:
     sinks : int
         Positions ``0 .. sinks - 1`` are always kept, as StreamingLLM's attention sinks, on top of
         the budget (:attr:`PaskPolicy.reserved_tokens`); 0 keeps none.
+    lowbit : tuple[tuple[float, ...], ...] or None
+        ``(num_groups, NUM_ROLES)``: the share of each role's candidates kept at low bits after its
+        floor's share at full precision (``floors + lowbit <= 1``; the rest is evicted). None: an
+        untiered table (every candidate not kept goes to the server's ``--kv-dropped`` mode).
     """
 
     floors: tuple[tuple[float, ...], ...]
@@ -66,6 +77,7 @@ class PaskTable:
     layers_per_group: tuple[int, ...]
     role_frequencies: tuple[float, ...]
     sinks: int = 0
+    lowbit: Optional[tuple[tuple[float, ...], ...]] = None
 
     def __post_init__(self) -> None:
         groups = len(self.layers_per_group)
@@ -86,6 +98,12 @@ class PaskTable:
             raise ValueError(f"role_frequencies must be {NUM_ROLES} non-negative numbers")
         if isinstance(self.sinks, bool) or not isinstance(self.sinks, int) or self.sinks < 0:
             raise ValueError(f"sinks must be a non-negative integer, got {self.sinks!r}")
+        if self.lowbit is not None:
+            if len(self.lowbit) != groups or any(len(row) != NUM_ROLES for row in self.lowbit):
+                raise ValueError(f"lowbit must be {groups} rows of {NUM_ROLES} roles")
+            pairs = [(f, q) for floors, shares in zip(self.floors, self.lowbit) for f, q in zip(floors, shares)]
+            if any(not 0.0 <= q <= 1.0 or f + q > 1.0 + 1e-9 for f, q in pairs):
+                raise ValueError("every lowbit share must be in [0, 1], and at most 1 minus its role's floor")
 
     def group_budgets(self, total_budget: float) -> list[float]:
         """``(num_groups,)`` budgets from the residual shares (module docstring), each in (0, 1]."""
@@ -114,6 +132,13 @@ class PaskTable:
     def protected_fraction(self, group: int) -> float:
         """The expected fraction of a request's tokens that group ``group``'s floors protect."""
         return sum(f * p for f, p in zip(self.floors[group], self.role_frequencies))
+
+    def lowbit_fraction(self, group: int) -> float:
+        """The expected fraction of a request's tokens that group ``group`` keeps at low bits by their
+        roles' shares (0 for an untiered table)."""
+        if self.lowbit is None:
+            return 0.0
+        return sum(q * p for q, p in zip(self.lowbit[group], self.role_frequencies))
 
 
 def check_floors_fit(table: PaskTable, budgets: list[float]) -> None:
@@ -156,6 +181,12 @@ class PaskPolicy(KVPolicy):
         return dataclasses.replace(self, group=group)
 
     @property
+    def tiered(self) -> bool:
+        """Whether decisions carry a low-bit tier (the table has :attr:`PaskTable.lowbit`) and this
+        instance decides for one group."""
+        return self.table is not None and self.table.lowbit is not None and self.group is not None
+
+    @property
     def reserved_tokens(self) -> int:
         """The table's attention sinks (0 without a table)."""
         return 0 if self.table is None else self.table.sinks
@@ -195,7 +226,17 @@ class PaskPolicy(KVPolicy):
         tier[(positions >= seq_len - window) | (positions < self.reserved_tokens)] = 2
         order = torch.sort(scores.float(), descending=True, stable=True).indices
         order = order[torch.sort(tier[order], descending=True, stable=True).indices]
-        return KeepDecision(torch.sort(order[:capacity]).values, torch.sort(order[capacity:]).values)
+        keep, evict = torch.sort(order[:capacity]).values, torch.sort(order[capacity:]).values
+        if not self.tiered:
+            return KeepDecision(keep, evict)
+        assert self.table is not None and self.table.lowbit is not None and self.group is not None
+        cumulative = torch.tensor(
+            [min(1.0, f + q) for f, q in zip(self.table.floors[self.group], self.table.lowbit[self.group])],
+            dtype=torch.float64,
+            device=positions.device,
+        )
+        lowbit = evict[floor_protected(roles, scores, cumulative)[evict]]
+        return KeepDecision(keep, evict, lowbit)
 
 
 def floor_protected(roles: Tensor, scores: Tensor, floors: Tensor) -> Tensor:

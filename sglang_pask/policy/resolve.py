@@ -22,6 +22,19 @@ def shipped_policy_file(model_name: str, kv_decode: str = "compress") -> Optiona
     return path if path.is_file() else None
 
 
+def shipped_tiered_file(model_name: str, lowbit_format: str, kv_bytes: float) -> Optional[Path]:
+    """The shipped tiered PASK policy file for ``model_name``, its low-bit tier stored as
+    ``lowbit_format``, solved for ``kv_bytes`` (``<model>.tiers-<format>-<bytes>.json``), if one ships."""
+    path = CALIBRATED_DIR / f"{model_name}.tiers-{lowbit_format}-{kv_bytes:g}.json"
+    return path if path.is_file() else None
+
+
+def shipped_tiered_bytes(model_name: str, lowbit_format: str) -> list[float]:
+    """The ``kv_bytes`` of every tiered file shipped for ``model_name`` and ``lowbit_format``, ascending."""
+    prefix = f"{model_name}.tiers-{lowbit_format}-"
+    return sorted(float(p.name[len(prefix) : -len(".json")]) for p in CALIBRATED_DIR.glob(f"{prefix}*.json"))
+
+
 def build_policy(
     name: str,
     pask_policy: Optional[str],
@@ -30,9 +43,11 @@ def build_policy(
     model_name: str,
     kv_decode: str = "compress",
     args: tuple[tuple[str, str], ...] = (),
+    kv_dropped: Optional[str] = None,
 ) -> KVPolicy:
     """The policy for ``--kv-policy name`` (and ``--pask-policy``) on the served model, whose
-    ``--kv-decode`` is ``kv_decode``, with the ``--kv-policy-args`` pairs ``args`` (typed by
+    ``--kv-decode`` is ``kv_decode`` and ``--kv-dropped`` is ``kv_dropped`` (a tiered policy file is
+    checked against it when given), with the ``--kv-policy-args`` pairs ``args`` (typed by
     :func:`~.registry.policy_options`).
 
     Raises
@@ -51,5 +66,5 @@ def build_policy(
             f"with python -m sglang_pask.calibrate --kv-decode {CALIBRATED_DECODE.get(kv_decode, kv_decode)} "
             "and pass it with --pask-policy"
         )
-    table = load_policy_file(path, num_layers, layer_ranges, model_name, kv_decode)
+    table = load_policy_file(path, num_layers, layer_ranges, model_name, kv_decode, kv_dropped)
     return get_policy("pask", table=table, **options)

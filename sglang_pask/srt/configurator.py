@@ -23,10 +23,10 @@ import msgspec
 import torch
 from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
 
-from sglang_pask.config import PaskConfig
+from sglang_pask.config import KV_DROPPED_BITS, PaskConfig
 from sglang_pask.kernels.kv_lowbit import BLOCK_TOKENS
 from sglang_pask.kvpool.compression import KVViewTable
-from sglang_pask.kvpool.lowbit import LowBitStore
+from sglang_pask.kvpool.lowbit import BlockFormat, LowBitStore, requantize_in_place
 from sglang_pask.kvpool.sizing import plan_layout
 from sglang_pask.policy import plan_group_budgets
 from sglang_pask.policy.resolve import build_policy
@@ -70,6 +70,7 @@ def pool_builder(config: PaskConfig):
             Path(configurator.model_config.model_path).name,
             config.kv_decode,
             config.kv_policy_args,
+            config.kv_dropped,
         )
         budgets = plan_group_budgets(
             policy, config.kv_budget, [len(r) for r in ranges], config.kv_window, configurator.model_config.context_len
@@ -159,6 +160,13 @@ def build_allocator(
         else:
             state.lowbit.drop(group, virtual)
 
+    def evict(row: int, group: int, positions: torch.Tensor) -> None:
+        allocator.drop(group, req_to_token[row, positions])
+
+    def requantize(row: int, group: int, positions: torch.Tensor, lowbit: str) -> None:
+        physical = state.pool.physical(group, req_to_token[row, positions]).long()
+        requantize_in_place(state.pool, group, physical[physical > 0], BlockFormat(*KV_DROPPED_BITS[lowbit]))
+
     def holds(row: int, group: int, positions: torch.Tensor) -> torch.Tensor:
         return state.pool.physical(group, req_to_token[row, positions]) > 0
 
@@ -182,6 +190,8 @@ def build_allocator(
         dropped_block=dropped_block,
         decode_block=BLOCK_TOKENS if state.config.kv_decode == "lowbit" else None,
         reduce_scores=score_reducer(),
+        evict=evict,
+        requantize=requantize,
     )
     state.pool.views = state.views
     return allocator

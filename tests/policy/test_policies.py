@@ -91,7 +91,7 @@ def test_policy_matrix(name: str, n: int, total_budget: float, gen: torch.Genera
         case = random_case(gen, n)
         scores = random_scores(gen, policy, n)
         cap = capacity(budget, n, window, policy.reserved_tokens)
-        keep, evict = policy.select(case.positions, case.roles, scores, cap, window, case.seq_len)
+        keep, evict, _ = policy.select(case.positions, case.roles, scores, cap, window, case.seq_len)
 
         assert_partition(keep, evict, n)
         assert keep.numel() == min(cap, n) <= cap
