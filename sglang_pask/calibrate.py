@@ -66,10 +66,11 @@ from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from sglang_pask.bfcl.constraints import CONSTRAINTS
 from sglang_pask.cli_paths import output_file
-from sglang_pask.config import POLICY_DECODE_MODES, LayerGroupSpec, flag_default
+from sglang_pask.config import KV_DROPPED_MODES, POLICY_DECODE_MODES, LayerGroupSpec, flag_default
 
 if TYPE_CHECKING:
     from sglang_pask.policy.pask import PaskTable
+    from sglang_pask.policy.pask_file import Tiers
 
 PROG = "python -m sglang_pask.calibrate"
 # Probe answers may run this many tokens past the item's full-KV answer (see main()).
@@ -255,6 +256,29 @@ def build_parser() -> argparse.ArgumentParser:
         "roles only, and serves --kv-decode lowbit too (default: compress)",
     )
     parser.add_argument(
+        "--kv-dropped",
+        choices=KV_DROPPED_MODES,
+        default="drop",
+        help="the low-bit format whose tier to measure besides eviction (2bit, k4v2: each role is also probed "
+        "kept at low bits), as the server's flag; drop measures eviction only (default: drop)",
+    )
+    parser.add_argument(
+        "--kv-bytes",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="solve a tiered policy for this share of full KV's bytes (needs low-bit measurements: "
+        "--kv-dropped 2bit|k4v2 here or in the --refit source); default: an untiered policy at --budget",
+    )
+    parser.add_argument(
+        "--tier-residual",
+        type=float,
+        default=0.02,
+        metavar="FRACTION",
+        help="with --kv-bytes: the share of the prompt every layer group keeps in full by score on top of the "
+        "tiers (default: 0.02)",
+    )
+    parser.add_argument(
         "--refit",
         metavar="POLICY",
         default=None,
@@ -286,6 +310,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail(f"--max-protected-share must be in (0, 1], got {args.max_protected_share}")
     if args.sinks < 0:
         _fail(f"--sinks must be 0 or more, got {args.sinks}")
+    if args.kv_bytes is not None and not 0 < args.kv_bytes <= 1:
+        _fail(f"--kv-bytes must be in (0, 1], got {args.kv_bytes}")
+    if not 0 <= args.tier_residual < 1:
+        _fail(f"--tier-residual must be in [0, 1), got {args.tier_residual}")
+    if args.kv_bytes is not None and args.refit is None and args.kv_dropped == "drop":
+        _fail("--kv-bytes solves three tiers: measure the low-bit one with --kv-dropped 2bit or k4v2")
     if args.limit is not None and args.limit < 1:
         _fail(f"--limit must be at least 1, got {args.limit}")
     if args.sensitivity_per_category is not None and args.sensitivity_per_category < 1:
@@ -417,24 +447,34 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         # Only roles the server will compress are probed: under keep, no answer role.
         probed = [role for role in Role if frequencies_by_mode[args.kv_decode][role] >= args.min_role_share]
         accuracy_full = sum(r.valid for r in base) / len(base)
-        joint = [0.0] * len(Role)
-        with tqdm(
-            total=len(sensitivity_items) * len(probed), desc="screening (role in every group)", file=sys.stderr
-        ) as bar:
-            rates = error_rates([{"drop_group": "all", "drop_role": role.label} for role in probed], bar)
-            for role, rate in zip(probed, rates):
-                joint[role] = rate
-        sensitive = [role for role in probed if joint[role] > 0]
-        per_group = [[0.0] * len(Role) for _ in ranges]
-        with tqdm(
-            total=len(sensitivity_items) * len(sensitive) * len(ranges),
-            desc="sensitivity (group, role)",
-            file=sys.stderr,
-        ) as bar:
-            pairs = [(g, role) for g in range(len(ranges)) for role in sensitive]
-            rates = error_rates([{"drop_group": g, "drop_role": role.label} for g, role in pairs], bar)
-            for (g, role), rate in zip(pairs, rates):
-                per_group[g][role] = rate
+
+        def sensitivities(tier: dict, what: str) -> tuple[list[float], list[list[float]]]:
+            """Screening, then per group: the error rates of the probed roles under probes with ``tier``
+            added (``{}`` drops the role, ``{"lowbit": format}`` keeps it at low bits)."""
+            joint = [0.0] * len(Role)
+            with tqdm(
+                total=len(sensitivity_items) * len(probed), desc=f"screening ({what}, every group)", file=sys.stderr
+            ) as bar:
+                probes = [{"drop_group": "all", "drop_role": role.label, **tier} for role in probed]
+                for role, rate in zip(probed, error_rates(probes, bar)):
+                    joint[role] = rate
+            sensitive = [role for role in probed if joint[role] > 0]
+            per_group = [[0.0] * len(Role) for _ in ranges]
+            with tqdm(
+                total=len(sensitivity_items) * len(sensitive) * len(ranges),
+                desc=f"sensitivity ({what}, group, role)",
+                file=sys.stderr,
+            ) as bar:
+                pairs = [(g, role) for g in range(len(ranges)) for role in sensitive]
+                probes = [{"drop_group": g, "drop_role": role.label, **tier} for g, role in pairs]
+                for (g, role), rate in zip(pairs, error_rates(probes, bar)):
+                    per_group[g][role] = rate
+            return joint, per_group
+
+        joint, per_group = sensitivities({}, "dropped")
+        lowbit_joint, lowbit_per_group = None, None
+        if args.kv_dropped != "drop":
+            lowbit_joint, lowbit_per_group = sensitivities({"lowbit": args.kv_dropped}, args.kv_dropped)
     distortion = [sum(r.distortion[g] for r in base) / len(base) for g in range(len(ranges))]
     layers = [len(r) for r in ranges]
     calibration = {
@@ -453,9 +493,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "sensitivity_per_category": args.sensitivity_per_category,
         "sensitivity_items": [item.id for item in sensitivity_items],
         "error_rate_dropped_everywhere": {role.label: joint[role] for role in probed},
-        "error_rate_dropped": {
-            f"{g}:{role.label}": per_group[g][role] for g in range(len(ranges)) for role in sensitive
-        },
+        "error_rate_dropped": _by_group_and_role(per_group, joint),
+        **(
+            {
+                "lowbit_format": args.kv_dropped,
+                "error_rate_lowbit_everywhere": {role.label: lowbit_joint[role] for role in probed},
+                "error_rate_lowbit": _by_group_and_role(lowbit_per_group, lowbit_joint),
+            }
+            if lowbit_joint is not None and lowbit_per_group is not None
+            else {}
+        ),
         "max_protected_share": args.max_protected_share,
         "distortion": distortion,
         "probed_roles": [role.label for role in probed],
@@ -464,18 +511,96 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         },
         "elapsed_s": round(time.time() - started, 1),
     }
-    table = policy_table(
-        per_group, joint, distortion, layers, frequencies_by_mode[args.kv_decode], args.budget, args.max_protected_share
-    )
+    frequencies = frequencies_by_mode[args.kv_decode]
+    tiers = None
+    if args.kv_bytes is not None and lowbit_joint is not None and lowbit_per_group is not None:
+        table, tiers = tiered_policy_table(
+            (per_group, joint), (lowbit_per_group, lowbit_joint), layers, frequencies, args, calibration
+        )
+    else:
+        table = policy_table(per_group, joint, distortion, layers, frequencies, args.budget, args.max_protected_share)
     save_policy_file(
-        args.out, table_to_json(replace(table, sinks=args.sinks), Path(model_path).name, ranges, calibration)
+        args.out, table_to_json(replace(table, sinks=args.sinks), Path(model_path).name, ranges, calibration, tiers)
     )
     print(
         f"wrote {args.out}: full-KV accuracy {accuracy_full:.3f} on {len(items)} items, "
-        f"{len(probed)} roles screened, {len(sensitive)} x {len(ranges)} groups probed, "
+        f"{len(probed)} roles screened, {sum(rate > 0 for rate in joint)} x {len(ranges)} groups probed, "
         f"shares {[round(x, 3) for x in table.residual_shares]}"
     )
     return 0
+
+
+def tiered_policy_table(
+    dropped: tuple[list[list[float]], list[float]],
+    lowbit: tuple[list[list[float]], list[float]],
+    layers: list[int],
+    frequencies: list[float],
+    args: argparse.Namespace,
+    calibration: dict[str, Any],
+) -> tuple["PaskTable", "Tiers"]:
+    """The tiered table for ``args.kv_bytes`` from the measured sensitivities (:mod:`sglang_pask.policy.knapsack`).
+
+    Parameters
+    ----------
+    dropped, lowbit : tuple
+        ``(per_group, joint)`` sensitivities of evicting a role and of keeping it at low bits:
+        ``(num_groups, NUM_ROLES)`` and ``(NUM_ROLES,)``; each group's is at least an even share of the
+        joint one (:func:`spread_joint_sensitivity`).
+    layers, frequencies
+        Layers per group; the role shares of the prompt tokens.
+    args : argparse.Namespace
+        ``kv_bytes``, ``kv_dropped`` (the low-bit format), ``tier_residual``.
+    calibration : dict
+        The file's calibration record; the solution's tiers, predicted bytes and error are added to it.
+
+    Each group keeps its full tier's share plus the residual in full: its budget, from which the
+    residual shares follow (proportional to ``L_g * b_g``).
+    """
+    from sglang_pask.kv_bytes import lowbit_cost
+    from sglang_pask.policy.knapsack import FULL, LOWBIT, solve_tiers
+    from sglang_pask.policy.pask import PaskTable
+    from sglang_pask.policy.pask_file import Tiers
+
+    fmt = calibration.get("lowbit_format", args.kv_dropped)
+    try:
+        solution = solve_tiers(
+            spread_joint_sensitivity(*dropped),
+            spread_joint_sensitivity(*lowbit),
+            layers,
+            frequencies,
+            args.kv_bytes,
+            lowbit_cost(fmt, 2),
+            args.tier_residual,
+        )
+    except ValueError as err:
+        _fail(f"--kv-bytes {args.kv_bytes:g}: {err}")
+    budgets = [share + args.tier_residual for share in solution.full_shares]
+    weights = [b * n for b, n in zip(budgets, layers)]
+    table = PaskTable(
+        floors=tuple(tuple(1.0 if tier == FULL else 0.0 for tier in row) for row in solution.tiers),
+        lowbit=tuple(tuple(1.0 if tier == LOWBIT else 0.0 for tier in row) for row in solution.tiers),
+        residual_shares=tuple(w / sum(weights) for w in weights),
+        layers_per_group=tuple(layers),
+        role_frequencies=tuple(frequencies),
+    )
+    calibration.update(
+        {
+            "kv_bytes": args.kv_bytes,
+            "tier_residual": args.tier_residual,
+            "tier_predicted_bytes": solution.bytes,
+            "tier_predicted_error": solution.error,
+        }
+    )
+    kv_budget = sum(weights) / sum(layers)
+    return table, Tiers(lowbit_format=fmt, kv_bytes=args.kv_bytes, kv_budget=kv_budget)
+
+
+def _by_group_and_role(per_group: list[list[float]], joint: list[float]) -> dict[str, float]:
+    """``{"g:role": rate}`` of a ``(num_groups, NUM_ROLES)`` table, for the roles probed per group (those
+    whose screening rate ``joint`` is above 0)."""
+    from sglang_pask.structure.roles import Role
+
+    return {f"{g}:{role.label}": row[role] for g, row in enumerate(per_group) for role in Role if joint[role] > 0}
 
 
 def _command_line(argv: Optional[Sequence[str]]) -> str:
@@ -573,6 +698,14 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
             group, label = key.split(":", 1)
             per_group[int(group)][Role.from_label(label)] = float(rate)
         distortion = [float(d) for d in calibration["distortion"]]
+        lowbit = None
+        if "error_rate_lowbit_everywhere" in calibration:
+            lowbit = ([[0.0] * len(Role) for _ in ranges], [0.0] * len(Role))
+            for label, rate in calibration["error_rate_lowbit_everywhere"].items():
+                lowbit[1][Role.from_label(label)] = float(rate)
+            for key, rate in calibration["error_rate_lowbit"].items():
+                group, label = key.split(":", 1)
+                lowbit[0][int(group)][Role.from_label(label)] = float(rate)
         recorded = calibration.get("role_frequencies_by_decode_mode", {})
         source_mode = calibration.get("kv_decode", "compress")
         if source_mode not in recorded:
@@ -611,13 +744,34 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     for role in unmeasured:  # counted as the role it refines, as when the source was calibrated
         frequencies[REFINES[role]] += frequencies[role]
         frequencies[role] = 0.0
-    table = policy_table(per_group, joint, distortion, layers, frequencies, args.budget, args.max_protected_share)
+    tiers = None
+    if args.kv_bytes is not None:
+        if lowbit is None:
+            _fail(
+                f"--refit {args.refit}: it has no low-bit measurements, so it cannot be solved for --kv-bytes "
+                "(calibrate again with --kv-dropped 2bit or k4v2)"
+            )
+        if args.kv_dropped not in ("drop", calibration.get("lowbit_format")):
+            _fail(
+                f"--refit {args.refit}: its low-bit tier was measured as {calibration.get('lowbit_format')}, "
+                f"not --kv-dropped {args.kv_dropped}"
+            )
+        table, tiers = tiered_policy_table((per_group, joint), lowbit, layers, frequencies, args, calibration)
+    else:
+        table = policy_table(per_group, joint, distortion, layers, frequencies, args.budget, args.max_protected_share)
     if unmeasured:
         floors = [list(row) for row in table.floors]
-        for row in floors:
+        lowbit_rows = [list(row) for row in table.lowbit] if table.lowbit is not None else None
+        for g, row in enumerate(floors):
             for role in unmeasured:
                 row[role] = row[REFINES[role]]
-        table = replace(table, floors=tuple(tuple(row) for row in floors))
+                if lowbit_rows is not None:
+                    lowbit_rows[g][role] = lowbit_rows[g][REFINES[role]]
+        table = replace(
+            table,
+            floors=tuple(tuple(row) for row in floors),
+            lowbit=tuple(tuple(row) for row in lowbit_rows) if lowbit_rows is not None else None,
+        )
     calibration.update(
         {
             "refit_of": {
@@ -638,7 +792,7 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         args.kv_decode: dict(zip((r.label for r in Role), frequencies)),
     }
     save_policy_file(
-        args.out, table_to_json(replace(table, sinks=args.sinks), source["model"]["name"], ranges, calibration)
+        args.out, table_to_json(replace(table, sinks=args.sinks), source["model"]["name"], ranges, calibration, tiers)
     )
     print(
         f"wrote {args.out}: refitted from {args.refit} for --kv-decode {args.kv_decode}, budget {args.budget}, "

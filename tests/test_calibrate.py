@@ -268,6 +268,10 @@ def test_refit_refuses_what_its_source_cannot_give(tmp_path):
             ["--refit", str(source), "--model-path", str(model), "--sensitivity-per-category", "3", "--limit", "4"],
             "so --limit, --sensitivity-per-category would have no effect",
         ),
+        (
+            ["--refit", str(source), "--model-path", str(model), "--kv-bytes", "0.2"],
+            "it has no low-bit measurements, so it cannot be solved for --kv-bytes",
+        ),
     ):
         run = calibrate(*args, "--out", str(tmp_path / "out.json"))
         assert run.returncode == 2 and message in run.stderr, (args, run.stderr)
@@ -299,6 +303,8 @@ def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, 
             "0.5",
             "--grammar",
             "ebnf-strict",
+            "--kv-dropped",
+            "k4v2",
         ],
         capture_output=True,
         text=True,
@@ -307,6 +313,10 @@ def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, 
     assert run.returncode == 0, run.stderr[-3000:]
     data = json.loads(out.read_text())
     assert data["calibration"]["grammar"] == "ebnf-strict"
+    # --kv-dropped k4v2 also probed every role kept as its k4v2 round trip (the low-bit tier).
+    assert data["calibration"]["lowbit_format"] == "k4v2"
+    assert set(data["calibration"]["error_rate_lowbit_everywhere"]) == set(data["calibration"]["probed_roles"])
+    assert "lowbit" not in data  # no --kv-bytes: an untiered table
     assert data["format"] == "sglang-pask-policy" and data["model"]["name"] == tiny_model_dir.name
     calibration = data["calibration"]
     assert len(calibration["items"]) == 2 and len(calibration["distortion"]) == 2
@@ -337,6 +347,27 @@ def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, 
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert json.loads(refitted.read_text())["role_frequencies"] == pytest.approx(recorded["keep"])
+    # The same measurements solved for a byte share: a tiered file the server can load.
+    tiered = tmp_path / "tiers.json"
+    run = calibrate(
+        "--refit",
+        str(refitted),
+        "--model-path",
+        str(tiny_model_dir),
+        "--kv-decode",
+        "keep",
+        "--kv-bytes",
+        "0.3",
+        "--out",
+        str(tiered),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    tiers = json.loads(tiered.read_text())
+    assert tiers["lowbit_format"] == "k4v2" and tiers["kv_bytes"] == 0.3
+    assert tiers["calibration"]["tier_predicted_bytes"] <= 0.3 + 1e-9
+    table = load_policy_file(tiered, 2, [range(0, 1), range(1, 2)], tiny_model_dir.name, "keep", "k4v2")
+    assert table.lowbit is not None
+    assert all(f + q in (0.0, 1.0) for fr, qr in zip(table.floors, table.lowbit) for f, q in zip(fr, qr))
 
 
 @pytest.mark.server

@@ -159,3 +159,29 @@ def test_the_view_table_stores_the_low_bit_tier_and_evicts_the_rest():
     assert set(evicted) == set(range(16, 28))  # prose outside the window, and nothing else
     kept = table.views[0].groups[0].positions(32, torch.device("cpu")).tolist()
     assert kept == list(range(4)) + list(range(28, 32))
+
+
+def test_the_knapsack_meets_the_byte_share_and_spends_it_where_errors_are():
+    from sglang_pask.policy.knapsack import EVICTED, FULL, LOWBIT, solve_tiers
+
+    frequencies = [0.1, 0.3, 0.2, 0.15, 0.25]
+    dropped = [[0.5, 0.0, 0.1, 0.3, 0.0], [0.2, 0.0, 0.0, 0.1, 0.0]]
+    lowbit = [[0.0, 0.0, 0.0, 0.05, 0.0], [0.0] * 5]
+    previous_error = None
+    for kv_bytes in (0.05, 0.1, 0.15, 0.25, 0.5):
+        solution = solve_tiers(dropped, lowbit, [2, 4], frequencies, kv_bytes, 0.25, 0.02)
+        assert solution.bytes <= kv_bytes + 1e-9
+        assert previous_error is None or solution.error <= previous_error + 1e-12  # more bytes, no more error
+        previous_error = solution.error
+        for g, row in enumerate(solution.tiers):
+            for r, tier in enumerate(row):
+                if dropped[g][r] == 0 and tier == EVICTED:
+                    continue
+                assert tier in (FULL, LOWBIT, EVICTED)
+    tight = solve_tiers(dropped, lowbit, [2, 4], frequencies, 0.05, 0.25, 0.02)
+    assert tight.tiers[0][0] == LOWBIT  # the most sensitive role per byte stays readable first
+    assert tight.tiers[1][1] == EVICTED  # a harmless, frequent role goes first
+    roomy = solve_tiers(dropped, lowbit, [2, 4], frequencies, 0.5, 0.25, 0.02)
+    assert roomy.error == 0 and all(tier != EVICTED for row in roomy.tiers for tier in row)
+    with pytest.raises(ValueError, match="already exceeds the byte share"):
+        solve_tiers(dropped, lowbit, [2, 4], frequencies, 0.01, 0.25, 0.02)
