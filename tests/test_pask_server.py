@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -13,7 +14,7 @@ import requests
 
 from sglang_pask.policy import PaskTable
 from sglang_pask.policy.pask import NUM_ROLES
-from sglang_pask.policy.pask_file import save_policy_file, table_to_json
+from sglang_pask.policy.pask_file import Tiers, save_policy_file, table_to_json
 from sglang_pask.server_process import ServerProcess
 from sglang_pask.structure.roles import Role
 
@@ -175,3 +176,128 @@ def test_pask_start_up_errors(tiny_model_dir, tmp_path):
     missing_keep = launch(*model, "--kv-policy", "pask", "--kv-decode", "keep")
     assert missing_keep.returncode == 2 and "no calibrated PASK policy ships" in missing_keep.stderr
     assert "--kv-decode keep" in missing_keep.stderr
+
+
+def write_tiered_policy(path: Path, model_dir: Path) -> Path:
+    """Group 0: the question in full, the chat template at low bits, every other role evicted; group 1:
+    every role at low bits. Solved (by hand) for 0.3 of full KV's bytes, served at --kv-budget 0.1."""
+    question, template = [0.0] * NUM_ROLES, [0.0] * NUM_ROLES
+    question[Role.USER_QUESTION] = 1.0
+    template[Role.TEMPLATE] = 1.0
+    table = PaskTable(
+        floors=(tuple(question), tuple([0.0] * NUM_ROLES)),
+        residual_shares=(0.5, 0.5),
+        layers_per_group=(1, 1),
+        role_frequencies=tuple([1.0 / NUM_ROLES] * NUM_ROLES),
+        lowbit=(tuple(template), tuple([1.0] * NUM_ROLES)),
+    )
+    tiers = Tiers(lowbit_format="k4v2", kv_bytes=0.3, kv_budget=0.1)
+    save_policy_file(path, table_to_json(table, model_dir.name, RANGES, {"kv_decode": "keep"}, tiers))
+    return path
+
+
+@pytest.mark.server
+def test_three_tiers_serve_through_sglang_and_every_slot_comes_back(tiny_model_dir, tmp_path):
+    policy = write_tiered_policy(tmp_path / "tiers.json", tiny_model_dir)
+    server = ServerProcess(
+        [
+            "--model-path",
+            str(tiny_model_dir),
+            "--constrained-json-disable-any-whitespace",
+            "--kv-policy",
+            "pask",
+            "--pask-policy",
+            str(policy),
+            "--kv-bytes",
+            "0.3",
+            "--kv-dropped",
+            "k4v2",
+            "--kv-decode",
+            "lowbit",
+            "--kv-layer-groups",
+            "0-0,1-1",
+            "--kv-window",
+            "4",
+        ],
+        tmp_path / "server.log",
+    ).wait_ready(timeout_s=300)
+    try:
+        text = PROMPT + "Answer with the city, then the days, as JSON. " * 3
+        response = requests.post(
+            f"{server.url}/generate",
+            json={
+                "text": text,
+                "sampling_params": {
+                    "temperature": 0,
+                    "max_new_tokens": 40,
+                    "ignore_eos": True,
+                    "return_kv_roles": True,
+                    "return_kv_kept": True,
+                },
+            },
+            timeout=120,
+        )
+        assert response.status_code == 200, response.text
+        meta = response.json()["meta_info"]
+        stats, roles = meta["kv_stats"], meta["kv_prompt_roles"]
+        prompt_len = len(roles)
+        assert stats["budget"] == pytest.approx(0.1) and stats["kv_dropped"] == "k4v2"
+        window = set(range(stats["full_tokens"] - 4, stats["full_tokens"]))
+        (kept0, kept1), (low0, low1) = (
+            [set(p) for p in stats["kept_positions"]],
+            [set(p) for p in stats["lowbit_positions"]],
+        )
+        assert not kept0 & low0 and not kept1 & low1
+        prompt = set(range(prompt_len))
+        # Group 1: every prompt token readable (in full or at low bits).
+        assert prompt <= kept1 | low1
+        # Group 0: the question in full or (past the capacity) at low bits, the template at low bits,
+        # every other role's tokens outside the window and the residual fill evicted.
+        for position, role in enumerate(roles):
+            if role == "user_question":
+                assert position in kept0 | low0
+            elif role != "template":
+                assert position not in low0, (position, role)
+        evicted0 = prompt - kept0 - low0 - window
+        assert evicted0 and {roles[p] for p in evicted0} <= set(roles) - {"user_question", "template"}
+        assert any(roles[p] == "template" for p in low0)
+        # Bytes: what kv_stats counts is what the pool holds for the request.
+        assert stats["kept_tokens"] == [len(kept0), len(kept1)]
+        assert stats["lowbit_tokens"] == [len(low0), len(low1)]
+        assert stats["lowbit_slots"][1] >= stats["lowbit_slots"][0] > 0
+        # Admission reserves each group's storage budget, as if every token not kept in full were at low
+        # bits (8 bf16 slots per 32-token k4v2 block); evicting only lowers what a request holds.
+        for kept, slots, budget in zip(stats["kept_tokens"], stats["lowbit_slots"], stats["group_budgets"]):
+            storage = budget + (1 - budget) * 8 / 32
+            assert kept + slots <= storage * stats["full_tokens"] + 4 + 4 + 8
+        # Concurrent mixed requests, some constrained, then everything comes back.
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            results = list(
+                pool.map(
+                    lambda i: requests.post(
+                        f"{server.url}/generate",
+                        json={
+                            "text": PROMPT * (1 + i % 3),
+                            "sampling_params": {
+                                "temperature": 0,
+                                "max_new_tokens": 24,
+                                **({"json_schema": SCHEMA} if i % 2 else {}),
+                            },
+                        },
+                        timeout=120,
+                    ),
+                    range(12),
+                )
+            )
+        assert all(r.status_code == 200 for r in results), [r.text for r in results if r.status_code != 200]
+        for r in results[1::2]:
+            assert json.loads(r.json()["text"])["city"] in ("Paris", "Rome")
+        assert requests.post(f"{server.url}/flush_cache", timeout=60).status_code == 200
+        info = requests.get(f"{server.url}/server_info", timeout=30).json()
+        usage = info["internal_states"][0]["sglang_pask"]["kv_pool"]
+        assert usage["tokens_in_use"] == 0 and usage["lowbit_unstored_tokens"] == 0
+        assert [(g["slots_in_use"], g["lowbit_slots_in_use"]) for g in usage["groups"]] == [(0, 0), (0, 0)]
+        log = server.log_path.read_text()
+        assert "leak" not in log.lower() and "Traceback" not in log, server.log_tail(60)
+    finally:
+        server.stop()
