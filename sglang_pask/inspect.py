@@ -2,10 +2,12 @@
 
 Sends one greedy request with ``return_kv_roles`` and ``return_kv_kept`` to a running server and
 shows every prompt and output token on a background colour that names its role, in the terminal
-and, with ``--html``, as a self-contained HTML page (hover a token for its role, id and the layer
-groups that kept it). What the server's KV policy dropped is marked: struck through in the terminal
-where every layer group dropped it, faded in the page by the share of groups that dropped it. A
-legend counts the tokens per role and, per layer group, how many of them the group kept.
+and, with ``--html``, as a self-contained HTML page (hover a token for its role, id and its tier in
+each layer group). Each layer group holds a token in one of three tiers when the request ends: in
+full precision, at low bits (``--kv-dropped 2bit|k4v2``) or evicted. In the terminal a token evicted
+by every group is struck through and one some group holds at low bits is underlined; in the page a
+token fades by the share of groups that do not hold it in full (low bits count half). A legend counts
+the tokens per role and, per layer group, how many of them it holds in full and at low bits.
 
     python -m sglang_pask.inspect --messages chat.json --tools tools.json --json-schema schema.json --html roles.html
     python -m sglang_pask.inspect --prompt "SQL for all users: " --ebnf sql.ebnf
@@ -51,29 +53,51 @@ ROLE_COLOURS: dict[str, tuple[int, int, int]] = {
 }
 
 
+FULL, LOW_BIT, EVICTED = "full", "low-bit", "evicted"
+# One letter per tier in the plain terminal rendering.
+TIER_LETTERS = {FULL: "F", LOW_BIT: "L", EVICTED: "-"}
+
+
 @dataclass(frozen=True)
 class TaggedToken:
     """One token: its id, its text, its role label, whether it is part of the prompt, and per layer
-    group whether the group still held its KV when the request ended (None if the server did not
-    say: not an sglang-pask server, or the token was never written, as the last one sampled)."""
+    group its tier when the request ended (:data:`FULL`, :data:`LOW_BIT` or :data:`EVICTED`; None if
+    the server did not say: not an sglang-pask server, or the token was never written, as the last
+    one sampled)."""
 
     token_id: int
     text: str
     role: str
     in_prompt: bool
-    kept: Optional[tuple[bool, ...]] = None
+    tiers: Optional[tuple[str, ...]] = None
 
     @property
     def dropped_everywhere(self) -> bool:
-        """Whether every layer group dropped the token."""
-        return self.kept is not None and not any(self.kept)
+        """Whether every layer group evicted the token."""
+        return self.tiers is not None and all(tier == EVICTED for tier in self.tiers)
 
-    def kept_note(self) -> str:
-        """``"kept in groups 0, 2 of 4"``; empty if unknown."""
-        if self.kept is None:
+    @property
+    def low_bit_somewhere(self) -> bool:
+        """Whether some layer group holds the token at low bits."""
+        return self.tiers is not None and LOW_BIT in self.tiers
+
+    @property
+    def held_share(self) -> float:
+        """The share of groups holding the token in full, low bits counting half (1.0 when unknown)."""
+        if self.tiers is None:
+            return 1.0
+        return sum({FULL: 1.0, LOW_BIT: 0.5}.get(tier, 0.0) for tier in self.tiers) / len(self.tiers)
+
+    def tier_note(self) -> str:
+        """``"full in 0, 2; low-bit in 1; evicted in 3 (of 4 layer groups)"``; empty if unknown."""
+        if self.tiers is None:
             return ""
-        groups = ", ".join(str(g) for g, kept in enumerate(self.kept) if kept) or "none"
-        return f"kept in groups {groups} of {len(self.kept)}"
+        parts = []
+        for tier in (FULL, LOW_BIT, EVICTED):
+            groups = [str(g) for g, held in enumerate(self.tiers) if held == tier]
+            if groups:
+                parts.append(f"{tier} in {', '.join(groups)}")
+        return "; ".join(parts) + f" (of {len(self.tiers)} layer groups)"
 
 
 def _colour(role: str) -> tuple[int, int, int]:
@@ -88,18 +112,25 @@ def render_terminal(tokens: Sequence[TaggedToken], colour: bool = True) -> str:
             parts.append("\n--- completion ---\n")
         if colour:
             r, g, b = _colour(token.role)
-            strike = "\x1b[9m" if token.dropped_everywhere else ""
-            parts.append(f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m{strike}{token.text}\x1b[0m")
+            mark = "\x1b[9m" if token.dropped_everywhere else "\x1b[4m" if token.low_bit_somewhere else ""
+            parts.append(f"\x1b[48;2;{r};{g};{b}m\x1b[38;2;0;0;0m{mark}{token.text}\x1b[0m")
         else:
-            kept = "" if token.kept is None or all(token.kept) else "|kept:" + "".join("01"[k] for k in token.kept)
-            parts.append(f"[{token.text}|{token.role}{kept}]")
+            full = token.tiers is None or all(tier == FULL for tier in token.tiers)
+            tiers = "" if full else "|tiers:" + "".join(TIER_LETTERS[tier] for tier in token.tiers or ())
+            parts.append(f"[{token.text}|{token.role}{tiers}]")
     legend = []
     for role, count in sorted(Counter(t.role for t in tokens).items(), key=lambda item: LABELS.index(item[0])):
         r, g, b = _colour(role)
         swatch = f"\x1b[48;2;{r};{g};{b}m  \x1b[0m " if colour else ""
         legend.append(f"{swatch}{role}: {count}")
     dropped = sum(t.dropped_everywhere for t in tokens)
-    note = f"\n{dropped} tokens dropped by every layer group (struck through)" if dropped and colour else ""
+    low_bit = sum(t.low_bit_somewhere for t in tokens)
+    notes = []
+    if dropped:
+        notes.append(f"{dropped} tokens evicted by every layer group" + (" (struck through)" if colour else ""))
+    if low_bit:
+        notes.append(f"{low_bit} tokens at low bits in some layer group" + (" (underlined)" if colour else ""))
+    note = "".join("\n" + line for line in notes)
     return "".join(parts) + "\n\n" + "  ".join(legend) + note + "\n"
 
 
@@ -108,26 +139,38 @@ def render_html(tokens: Sequence[TaggedToken], title: str) -> str:
 
     def span(token: TaggedToken) -> str:
         r, g, b = _colour(token.role)
-        note = token.kept_note()
+        note = token.tier_note()
         tip = html.escape(f"{token.role} (id {token.token_id})" + (f", {note}" if note else ""))
         text = html.escape(token.text).replace("\n", "↵<br>")
-        fade = "" if token.kept is None else f";opacity:{0.2 + 0.8 * sum(token.kept) / len(token.kept):.2f}"
-        strike = ";text-decoration:line-through" if token.dropped_everywhere else ""
-        return f'<span class="t" style="background:rgb({r},{g},{b}){fade}{strike}" title="{tip}">{text}</span>'
+        fade = "" if token.tiers is None else f";opacity:{0.2 + 0.8 * token.held_share:.2f}"
+        mark = (
+            ";text-decoration:line-through"
+            if token.dropped_everywhere
+            else ";text-decoration:underline dotted"
+            if token.low_bit_somewhere
+            else ""
+        )
+        return f'<span class="t" style="background:rgb({r},{g},{b}){fade}{mark}" title="{tip}">{text}</span>'
 
     prompt = "".join(span(t) for t in tokens if t.in_prompt)
     completion = "".join(span(t) for t in tokens if not t.in_prompt)
     counts = Counter(t.role for t in tokens)
-    num_groups = max((len(t.kept) for t in tokens if t.kept is not None), default=0)
-    kept_counts = [Counter(t.role for t in tokens if t.kept is not None and t.kept[g]) for g in range(num_groups)]
+    num_groups = max((len(t.tiers) for t in tokens if t.tiers is not None), default=0)
+
+    def held(tier: str) -> list[Counter]:
+        return [
+            Counter(t.role for t in tokens if t.tiers is not None and t.tiers[g] == tier) for g in range(num_groups)
+        ]
+
+    full, low_bit = held(FULL), held(LOW_BIT)
     legend = "".join(
         f'<tr><td><span class="t" style="background:rgb{_colour(role)}">{role}</span></td><td>{counts[role]}</td>'
-        + "".join(f"<td>{kept[role]}</td>" for kept in kept_counts)
+        + "".join(f"<td>{f[role]} / {q[role]}</td>" for f, q in zip(full, low_bit))
         + "</tr>"
         for role in LABELS
         if counts[role]
     )
-    group_heads = "".join(f"<th>kept by group {g}</th>" for g in range(num_groups))
+    group_heads = "".join(f"<th>group {g}: full / low-bit</th>" for g in range(num_groups))
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>
@@ -208,28 +251,38 @@ def collect(url: str, prompt: str, sampling_params: dict[str, Any], tokenizer: A
             f"error: the local tokenizer gives {len(prompt_ids)} prompt tokens, the server "
             f"{len(meta['kv_prompt_roles'])}; is --url serving the model this tokenizer belongs to?"
         )
-    kept = kept_by_position(meta.get("kv_stats", {}).get("kept_positions"), len(prompt_ids) + len(body["output_ids"]))
+    stats = meta.get("kv_stats", {})
+    tiers = tiers_by_position(
+        stats.get("kept_positions"), stats.get("lowbit_positions"), len(prompt_ids) + len(body["output_ids"])
+    )
     tokens = [
-        TaggedToken(t, tokenizer.decode([t]), role, True, kept[i])
+        TaggedToken(t, tokenizer.decode([t]), role, True, tiers[i])
         for i, (t, role) in enumerate(zip(prompt_ids, meta["kv_prompt_roles"]))
     ]
     tokens += [
-        TaggedToken(t, tokenizer.decode([t]), role, False, kept[len(prompt_ids) + i])
+        TaggedToken(t, tokenizer.decode([t]), role, False, tiers[len(prompt_ids) + i])
         for i, (t, role) in enumerate(zip(body["output_ids"], meta["kv_roles"]))
     ]
     return tokens
 
 
-def kept_by_position(kept_positions: Optional[list[list[int]]], length: int) -> list[Optional[tuple[bool, ...]]]:
-    """``(length,)``: per position, whether each layer group kept it (``kv_stats.kept_positions``).
+def tiers_by_position(
+    kept_positions: Optional[list[list[int]]], lowbit_positions: Optional[list[list[int]]], length: int
+) -> list[Optional[tuple[str, ...]]]:
+    """``(length,)``: per position, its tier in each layer group, from ``kv_stats.kept_positions`` and
+    (under a low-bit ``--kv-dropped`` mode) ``kv_stats.lowbit_positions``.
 
     Positions past the last one any group read (the last sampled token, never written) and every
     position when the server reported nothing get None."""
     if not kept_positions:
         return [None] * length
-    sets = [set(group) for group in kept_positions]
-    written = max((max(group) for group in kept_positions if group), default=-1) + 1
-    return [tuple(p in group for group in sets) if p < written else None for p in range(length)]
+    full = [set(group) for group in kept_positions]
+    low = [set(group) for group in lowbit_positions] if lowbit_positions else [set() for _ in full]
+    written = max((max(group) for group in (*kept_positions, *(lowbit_positions or [])) if group), default=-1) + 1
+    return [
+        tuple(FULL if p in f else LOW_BIT if p in q else EVICTED for f, q in zip(full, low)) if p < written else None
+        for p in range(length)
+    ]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
