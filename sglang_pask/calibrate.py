@@ -263,6 +263,14 @@ def build_parser() -> argparse.ArgumentParser:
         "kept at low bits), as the server's flag; drop measures eviction only (default: drop)",
     )
     parser.add_argument(
+        "--reuse-dropped",
+        metavar="POLICY",
+        default=None,
+        help="take the eviction sensitivities from POLICY (a file calibrated on the same items, grammar, "
+        "--kv-decode and layer groups) instead of measuring them again: only the low-bit tier of "
+        "--kv-dropped is measured",
+    )
+    parser.add_argument(
         "--kv-bytes",
         type=float,
         default=None,
@@ -314,6 +322,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail(f"--kv-bytes must be in (0, 1], got {args.kv_bytes}")
     if not 0 <= args.tier_residual < 1:
         _fail(f"--tier-residual must be in [0, 1), got {args.tier_residual}")
+    if args.reuse_dropped is not None and (args.refit is not None or args.kv_dropped == "drop"):
+        _fail("--reuse-dropped measures the low-bit tier only: it needs --kv-dropped 2bit or k4v2, and no --refit")
     if args.kv_bytes is not None and args.refit is None and args.kv_dropped == "drop":
         _fail("--kv-bytes solves three tiers: measure the low-bit one with --kv-dropped 2bit or k4v2")
     if args.limit is not None and args.limit < 1:
@@ -370,6 +380,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         item.id: tokenizer.apply_chat_template(build_messages(item), tokenize=False, add_generation_prompt=True)
         for item in items
     }
+    reused = None
+    if args.reuse_dropped is not None:
+        try:
+            reused = recorded_dropped(
+                args.reuse_dropped,
+                [item.id for item in items],
+                grammar,
+                args.kv_decode,
+                Path(model_path).name,
+                len(ranges),
+            )
+        except ValueError as err:
+            _fail(f"--reuse-dropped {args.reuse_dropped}: {err}")
     started = time.time()
     flags = [
         "--model-path",
@@ -471,7 +494,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     per_group[g][role] = rate
             return joint, per_group
 
-        joint, per_group = sensitivities({}, "dropped")
+        if reused is None:
+            joint, per_group = sensitivities({}, "dropped")
+        else:
+            per_group, joint, _ = reused
         lowbit_joint, lowbit_per_group = None, None
         if args.kv_dropped != "drop":
             lowbit_joint, lowbit_per_group = sensitivities({"lowbit": args.kv_dropped}, args.kv_dropped)
@@ -494,6 +520,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "sensitivity_items": [item.id for item in sensitivity_items],
         "error_rate_dropped_everywhere": {role.label: joint[role] for role in probed},
         "error_rate_dropped": _by_group_and_role(per_group, joint),
+        **({"dropped_from": reused[2]} if reused is not None else {}),
         **(
             {
                 "lowbit_format": args.kv_dropped,
@@ -595,6 +622,77 @@ def tiered_policy_table(
     return table, Tiers(lowbit_format=fmt, kv_bytes=args.kv_bytes, kv_budget=kv_budget)
 
 
+def read_rates(
+    calibration: dict[str, Any], everywhere_key: str, per_group_key: str, num_groups: int
+) -> tuple[list[list[float]], list[float]]:
+    """``(per_group, joint)`` error rates recorded in a policy file's calibration: ``(num_groups,
+    NUM_ROLES)`` from ``calibration[per_group_key]`` (``"g:role"`` keys) and ``(NUM_ROLES,)`` from
+    ``calibration[everywhere_key]`` (role keys); unrecorded pairs are 0.
+
+    Raises
+    ------
+    KeyError, ValueError, IndexError
+        If the entries are missing or malformed.
+    """
+    from sglang_pask.structure.roles import Role
+
+    joint = [0.0] * len(Role)
+    for label, rate in calibration[everywhere_key].items():
+        joint[Role.from_label(label)] = float(rate)
+    per_group = [[0.0] * len(Role) for _ in range(num_groups)]
+    for key, rate in calibration[per_group_key].items():
+        group, label = key.split(":", 1)
+        per_group[int(group)][Role.from_label(label)] = float(rate)
+    return per_group, joint
+
+
+def recorded_dropped(
+    path: str, item_ids: list[str], grammar: str, kv_decode: str, model_name: str, num_groups: int
+) -> tuple[list[list[float]], list[float], dict[str, Any]]:
+    """The eviction sensitivities a policy file records, for ``--reuse-dropped``: ``(per_group, joint,
+    provenance)``, checked to come from the same items, grammar, decode mode, model and group count.
+
+    Raises
+    ------
+    ValueError
+        Naming what does not match, or why the file cannot be read.
+    """
+    import json
+
+    try:
+        source = json.loads(Path(path).read_text())
+        calibration = source["calibration"]
+        per_group, joint = read_rates(calibration, "error_rate_dropped_everywhere", "error_rate_dropped", num_groups)
+    except OSError as err:
+        raise ValueError(f"cannot read it ({err.strerror})") from None
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        raise ValueError(f"not a calibrated policy file ({type(err).__name__}: {err})") from None
+    found = {
+        "items": calibration.get("items"),
+        "grammar": calibration.get("grammar", "ebnf"),
+        "kv_decode": calibration.get("kv_decode", "compress"),
+        "model": source.get("model", {}).get("name"),
+        "layer groups": len(source.get("layer_groups", [])),
+    }
+    wanted = {
+        "items": item_ids,
+        "grammar": grammar,
+        "kv_decode": kv_decode,
+        "model": model_name,
+        "layer groups": num_groups,
+    }
+    differ = [name for name in wanted if found[name] != wanted[name]]
+    if differ:
+        raise ValueError(f"measured with other {', '.join(differ)} than this calibration")
+    provenance = {
+        "file": str(path),
+        "command": calibration.get("command"),
+        "date": calibration.get("date"),
+        "sensitivity_items": calibration.get("sensitivity_items"),
+    }
+    return per_group, joint, provenance
+
+
 def _by_group_and_role(per_group: list[list[float]], joint: list[float]) -> dict[str, float]:
     """``{"g:role": rate}`` of a ``(num_groups, NUM_ROLES)`` table, for the roles probed per group (those
     whose screening rate ``joint`` is above 0)."""
@@ -690,22 +788,11 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
         calibration = dict(source["calibration"])
         ranges = [range(int(a), int(b) + 1) for a, b in source["layer_groups"]]
         layers = [len(r) for r in ranges]
-        joint = [0.0] * len(Role)
-        for label, rate in calibration["error_rate_dropped_everywhere"].items():
-            joint[Role.from_label(label)] = float(rate)
-        per_group = [[0.0] * len(Role) for _ in ranges]
-        for key, rate in calibration["error_rate_dropped"].items():
-            group, label = key.split(":", 1)
-            per_group[int(group)][Role.from_label(label)] = float(rate)
+        per_group, joint = read_rates(calibration, "error_rate_dropped_everywhere", "error_rate_dropped", len(ranges))
         distortion = [float(d) for d in calibration["distortion"]]
         lowbit = None
         if "error_rate_lowbit_everywhere" in calibration:
-            lowbit = ([[0.0] * len(Role) for _ in ranges], [0.0] * len(Role))
-            for label, rate in calibration["error_rate_lowbit_everywhere"].items():
-                lowbit[1][Role.from_label(label)] = float(rate)
-            for key, rate in calibration["error_rate_lowbit"].items():
-                group, label = key.split(":", 1)
-                lowbit[0][int(group)][Role.from_label(label)] = float(rate)
+            lowbit = read_rates(calibration, "error_rate_lowbit_everywhere", "error_rate_lowbit", len(ranges))
         recorded = calibration.get("role_frequencies_by_decode_mode", {})
         source_mode = calibration.get("kv_decode", "compress")
         if source_mode not in recorded:

@@ -428,3 +428,19 @@ def servers_of(pattern: str) -> list[psutil.Process]:
         if pattern in " ".join(candidate.info["cmdline"] or []):
             found.append(candidate)
     return found
+
+
+def test_reused_eviction_measurements_must_come_from_the_same_calibration(tmp_path):
+    from sglang_pask.calibrate import recorded_dropped
+
+    source, _, per_group, joint, _ = measured_policy(tmp_path)
+    reused_per_group, reused_joint, provenance = recorded_dropped(
+        str(source), ["simple_python_1"], "ebnf", "compress", "m", 2
+    )
+    assert reused_per_group == per_group and reused_joint == joint and provenance["file"] == str(source)
+    with pytest.raises(ValueError, match="measured with other items, kv_decode than this calibration"):
+        recorded_dropped(str(source), ["simple_python_2"], "ebnf", "keep", "m", 2)
+    with pytest.raises(ValueError, match="cannot read it"):
+        recorded_dropped(str(tmp_path / "absent.json"), [], "ebnf", "keep", "m", 2)
+    run = calibrate("--reuse-dropped", str(source), "--model-path", str(tmp_path / "m"))
+    assert run.returncode == 2 and "--reuse-dropped measures the low-bit tier only" in run.stderr
