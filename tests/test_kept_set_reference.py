@@ -191,5 +191,5 @@ def test_inspect_marks_what_a_compressed_server_dropped(keep_server, tmp_path):
         timeout=300,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "|kept:00]" in result.stdout  # at a budget of 0.3 both groups dropped some prompt tokens
-    assert "line-through" in page.read_text() and "kept by group 1" in page.read_text()
+    assert "|tiers:--]" in result.stdout  # at a budget of 0.3 both groups evicted some prompt tokens
+    assert "line-through" in page.read_text() and "group 1: full / low-bit" in page.read_text()
