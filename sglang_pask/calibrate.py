@@ -572,7 +572,8 @@ def tiered_policy_table(
     dropped, lowbit : tuple
         ``(per_group, joint)`` sensitivities of evicting a role and of keeping it at low bits:
         ``(num_groups, NUM_ROLES)`` and ``(NUM_ROLES,)``; each group's is at least an even share of the
-        joint one (:func:`spread_joint_sensitivity`).
+        joint one (:func:`spread_joint_sensitivity`), and the low-bit one is capped at the eviction one
+        (a low-bit token carries what an evicted one does and more).
     layers, frequencies
         Layers per group; the role shares of the prompt tokens.
     args : argparse.Namespace
@@ -589,10 +590,17 @@ def tiered_policy_table(
     from sglang_pask.policy.pask_file import Tiers
 
     fmt = calibration.get("lowbit_format", args.kv_dropped)
+    evicting = spread_joint_sensitivity(*dropped)
+    # A token kept at low bits carries what an evicted one carries and more, so keeping it cannot be
+    # expected to cost more answers than evicting it; a higher measured rate is the noise of a few items.
+    storing = [
+        [min(low, gone) for low, gone in zip(row_low, row_gone)]
+        for row_low, row_gone in zip(spread_joint_sensitivity(*lowbit), evicting)
+    ]
     try:
         solution = solve_tiers(
-            spread_joint_sensitivity(*dropped),
-            spread_joint_sensitivity(*lowbit),
+            evicting,
+            storing,
             layers,
             frequencies,
             args.kv_bytes,
@@ -881,8 +889,9 @@ def refit(args: argparse.Namespace, argv: Optional[Sequence[str]]) -> int:
     save_policy_file(
         args.out, table_to_json(replace(table, sinks=args.sinks), source["model"]["name"], ranges, calibration, tiers)
     )
+    target = f"--kv-bytes {args.kv_bytes}" if tiers is not None else f"budget {args.budget}"
     print(
-        f"wrote {args.out}: refitted from {args.refit} for --kv-decode {args.kv_decode}, budget {args.budget}, "
+        f"wrote {args.out}: refitted from {args.refit} for --kv-decode {args.kv_decode}, {target}, "
         f"max protected share {args.max_protected_share}, sinks {args.sinks}"
     )
     return 0
