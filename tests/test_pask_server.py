@@ -142,6 +142,8 @@ def test_calibration_probe_measures_distortion(pask_server):
         {"drop_group": "everywhere", "drop_role": "boundary"},
         {"drop_group": 0, "drop_role": "nonsense"},
         {"distortion_budget": 2},
+        {"drop_group": 0, "drop_role": "boundary", "lowbit": "fp8"},
+        {"lowbit": "k4v2", "distortion_budget": 0.3},
         "x",
     ],
 )
