@@ -21,6 +21,11 @@ off so that no request reads another's prompt) and the layer groups to calibrate
      compresses at once, and with few items a group's own probe often measures 0 (the other groups
      still hold the role) where dropping it everywhere does not.
      Roles the screening found harmless are not probed per group: ``s[g, r] = 0``.
+   * With ``--kv-dropped 2bit|k4v2``, the same two stages again with each role kept as its low-bit
+     round trip instead of dropped (probe ``lowbit``): ``q[g, r]``; then one probe that stores every
+     token at low bits in every group (``drop_role: "all"``): ``q_all``. The per-role ``q[g, r]``
+     (a few flips of single items) are scaled so that they sum to ``q_all`` (see
+     :func:`tiered_policy_table`). ``--reuse FILE`` takes the rates a file measured on the same items.
 3. **Policy:**
 
    * residual shares: ``share_g`` proportional to ``L_g * distortion_g`` (groups whose attention output
@@ -183,6 +188,30 @@ def spread_joint_sensitivity(per_group: list[list[float]], joint: list[float]) -
     return [[max(s, together / groups) for s, together in zip(row, joint)] for row in per_group]
 
 
+def scale_to_total(rates: list[list[float]], shares: list[list[float]], total: float) -> list[list[float]]:
+    """Rates scaled so that they sum to ``total`` over the pairs with a positive share.
+
+    Parameters
+    ----------
+    rates : list[list[float]]
+        ``(num_groups, num_roles)`` error rates, >= 0.
+    shares : list[list[float]]
+        ``(num_groups, num_roles)``: each pair's share of the KV bytes (0 for roles absent from the prompt).
+    total : float
+        The rate of the pairs all together, >= 0.
+
+    Returns
+    -------
+    list[list[float]]
+        ``(num_groups, num_roles)``; if every rate is 0, ``total`` spread in proportion to ``shares``.
+    """
+    present = sum(r for row, share_row in zip(rates, shares) for r, s in zip(row, share_row) if s > 0)
+    if present > 0:
+        return [[r * total / present if s > 0 else 0.0 for r, s in zip(row, sr)] for row, sr in zip(rates, shares)]
+    weight = sum(s for row in shares for s in row)
+    return [[total * s / weight if weight > 0 else 0.0 for s in row] for row in shares]
+
+
 def shares_from_distortion(distortion: list[float], layers_per_group: list[int]) -> list[float]:
     """Residual shares proportional to ``L_g * distortion_g`` (uniform by layers if all are zero)."""
     weights = [max(d, 0.0) * n for d, n in zip(distortion, layers_per_group)]
@@ -263,12 +292,12 @@ def build_parser() -> argparse.ArgumentParser:
         "kept at low bits), as the server's flag; drop measures eviction only (default: drop)",
     )
     parser.add_argument(
-        "--reuse-dropped",
+        "--reuse",
         metavar="POLICY",
         default=None,
-        help="take the eviction sensitivities from POLICY (a file calibrated on the same items, grammar, "
-        "--kv-decode and layer groups) instead of measuring them again: only the low-bit tier of "
-        "--kv-dropped is measured",
+        help="take the sensitivities POLICY records (a file calibrated on the same items, grammar, --kv-decode, "
+        "model and layer groups) instead of measuring them again: its eviction rates, and its per-role low-bit "
+        "rates if measured in this --kv-dropped format; only the rest is measured",
     )
     parser.add_argument(
         "--kv-bytes",
@@ -322,8 +351,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _fail(f"--kv-bytes must be in (0, 1], got {args.kv_bytes}")
     if not 0 <= args.tier_residual < 1:
         _fail(f"--tier-residual must be in [0, 1), got {args.tier_residual}")
-    if args.reuse_dropped is not None and (args.refit is not None or args.kv_dropped == "drop"):
-        _fail("--reuse-dropped measures the low-bit tier only: it needs --kv-dropped 2bit or k4v2, and no --refit")
+    if args.reuse is not None and (args.refit is not None or args.kv_dropped == "drop"):
+        _fail("--reuse measures the low-bit tier only: it needs --kv-dropped 2bit or k4v2, and no --refit")
     if args.kv_bytes is not None and args.refit is None and args.kv_dropped == "drop":
         _fail("--kv-bytes solves three tiers: measure the low-bit one with --kv-dropped 2bit or k4v2")
     if args.limit is not None and args.limit < 1:
@@ -356,6 +385,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from tqdm import tqdm
     from transformers import AutoTokenizer
 
+    from sglang_pask.api.probe import ALL_GROUPS_LABEL, ALL_ROLES_LABEL
     from sglang_pask.bfcl.checker import check
     from sglang_pask.bfcl.constraints import answer_constraint
     from sglang_pask.bfcl.data import AST_CATEGORIES, load_items
@@ -381,18 +411,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         for item in items
     }
     reused = None
-    if args.reuse_dropped is not None:
+    if args.reuse is not None:
         try:
-            reused = recorded_dropped(
-                args.reuse_dropped,
+            reused = recorded_rates(
+                args.reuse,
                 [item.id for item in items],
                 grammar,
                 args.kv_decode,
                 Path(model_path).name,
                 len(ranges),
+                args.kv_dropped,
             )
         except ValueError as err:
-            _fail(f"--reuse-dropped {args.reuse_dropped}: {err}")
+            _fail(f"--reuse {args.reuse}: {err}")
     started = time.time()
     flags = [
         "--model-path",
@@ -494,13 +525,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     per_group[g][role] = rate
             return joint, per_group
 
+        if reused is not None and reused.sensitivity_items not in (None, [item.id for item in sensitivity_items]):
+            _fail(
+                f"--reuse {args.reuse}: its rates were measured on other sensitivity items than this baseline "
+                "answers correctly, so they cannot be combined with new ones"
+            )
         if reused is None:
             joint, per_group = sensitivities({}, "dropped")
         else:
-            per_group, joint, _ = reused
-        lowbit_joint, lowbit_per_group = None, None
+            per_group, joint = reused.dropped
+        lowbit_joint, lowbit_per_group, lowbit_all_roles = None, None, None
         if args.kv_dropped != "drop":
-            lowbit_joint, lowbit_per_group = sensitivities({"lowbit": args.kv_dropped}, args.kv_dropped)
+            if reused is not None and reused.lowbit is not None:
+                lowbit_per_group, lowbit_joint = reused.lowbit
+            else:
+                lowbit_joint, lowbit_per_group = sensitivities({"lowbit": args.kv_dropped}, args.kv_dropped)
+            with tqdm(total=len(sensitivity_items), desc=f"{args.kv_dropped} on every token", file=sys.stderr) as bar:
+                every_token = {"drop_group": ALL_GROUPS_LABEL, "drop_role": ALL_ROLES_LABEL, "lowbit": args.kv_dropped}
+                lowbit_all_roles = error_rates([every_token], bar)[0]
     distortion = [sum(r.distortion[g] for r in base) / len(base) for g in range(len(ranges))]
     layers = [len(r) for r in ranges]
     calibration = {
@@ -520,12 +562,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "sensitivity_items": [item.id for item in sensitivity_items],
         "error_rate_dropped_everywhere": {role.label: joint[role] for role in probed},
         "error_rate_dropped": _by_group_and_role(per_group, joint),
-        **({"dropped_from": reused[2]} if reused is not None else {}),
+        **({"reused_from": reused.provenance} if reused is not None else {}),
         **(
             {
                 "lowbit_format": args.kv_dropped,
                 "error_rate_lowbit_everywhere": {role.label: lowbit_joint[role] for role in probed},
                 "error_rate_lowbit": _by_group_and_role(lowbit_per_group, lowbit_joint),
+                "error_rate_lowbit_all_roles": lowbit_all_roles,
             }
             if lowbit_joint is not None and lowbit_per_group is not None
             else {}
@@ -572,8 +615,12 @@ def tiered_policy_table(
     dropped, lowbit : tuple
         ``(per_group, joint)`` sensitivities of evicting a role and of keeping it at low bits:
         ``(num_groups, NUM_ROLES)`` and ``(NUM_ROLES,)``; each group's is at least an even share of the
-        joint one (:func:`spread_joint_sensitivity`), and the low-bit one is capped at the eviction one
-        (a low-bit token carries what an evicted one does and more).
+        joint one (:func:`spread_joint_sensitivity`). The low-bit ones are then scaled to sum to the
+        rate measured with every token at low bits, ``calibration["error_rate_lowbit_all_roles"]``
+        (:func:`scale_to_total`): the per-role probes flip one or two items each, and added up as
+        independent errors they would predict that uniform low-bit storage, which loses about nothing,
+        loses many answers. Last, each is capped at the eviction one (a low-bit token carries what an
+        evicted one does and more).
     layers, frequencies
         Layers per group; the role shares of the prompt tokens.
     args : argparse.Namespace
@@ -590,13 +637,19 @@ def tiered_policy_table(
     from sglang_pask.policy.pask_file import Tiers
 
     fmt = calibration.get("lowbit_format", args.kv_dropped)
+    if calibration.get("error_rate_lowbit_all_roles") is None:
+        _fail(
+            "the low-bit tier's measurements lack the probe of every token at low bits (error_rate_lowbit_all_roles); "
+            "calibrate again with --kv-dropped and --reuse of this file, which measures only that"
+        )
     evicting = spread_joint_sensitivity(*dropped)
+    shares = [[n / sum(layers) * p for p in frequencies] for n in layers]
+    scaled = scale_to_total(
+        spread_joint_sensitivity(*lowbit), shares, float(calibration["error_rate_lowbit_all_roles"])
+    )
     # A token kept at low bits carries what an evicted one carries and more, so keeping it cannot be
-    # expected to cost more answers than evicting it; a higher measured rate is the noise of a few items.
-    storing = [
-        [min(low, gone) for low, gone in zip(row_low, row_gone)]
-        for row_low, row_gone in zip(spread_joint_sensitivity(*lowbit), evicting)
-    ]
+    # expected to cost more answers than evicting it; a higher rate is the noise of a few items.
+    storing = [[min(low, gone) for low, gone in zip(row_low, row_gone)] for row_low, row_gone in zip(scaled, evicting)]
     try:
         solution = solve_tiers(
             evicting,
@@ -654,11 +707,34 @@ def read_rates(
     return per_group, joint
 
 
-def recorded_dropped(
-    path: str, item_ids: list[str], grammar: str, kv_decode: str, model_name: str, num_groups: int
-) -> tuple[list[list[float]], list[float], dict[str, Any]]:
-    """The eviction sensitivities a policy file records, for ``--reuse-dropped``: ``(per_group, joint,
-    provenance)``, checked to come from the same items, grammar, decode mode, model and group count.
+@dataclass(frozen=True)
+class RecordedRates:
+    """The sensitivities a policy file records, for ``--reuse``.
+
+    Attributes
+    ----------
+    dropped : tuple
+        ``(per_group, joint)`` eviction rates: ``(num_groups, NUM_ROLES)`` and ``(NUM_ROLES,)``.
+    lowbit : tuple or None
+        ``(per_group, joint)`` per-role low-bit rates in the wanted format, if the file measured them.
+    sensitivity_items : list[str] or None
+        The items the rates were measured on, as the file records them.
+    provenance : dict
+        The file, its command and date, and which rates are reused.
+    """
+
+    dropped: tuple[list[list[float]], list[float]]
+    lowbit: Optional[tuple[list[list[float]], list[float]]]
+    sensitivity_items: Optional[list[str]]
+    provenance: dict[str, Any]
+
+
+def recorded_rates(
+    path: str, item_ids: list[str], grammar: str, kv_decode: str, model_name: str, num_groups: int, lowbit_format: str
+) -> RecordedRates:
+    """The sensitivities a policy file records (:class:`RecordedRates`), checked to come from the same
+    items, grammar, decode mode, model and group count; its low-bit rates only if they were measured in
+    ``lowbit_format``.
 
     Raises
     ------
@@ -670,7 +746,10 @@ def recorded_dropped(
     try:
         source = json.loads(Path(path).read_text())
         calibration = source["calibration"]
-        per_group, joint = read_rates(calibration, "error_rate_dropped_everywhere", "error_rate_dropped", num_groups)
+        dropped = read_rates(calibration, "error_rate_dropped_everywhere", "error_rate_dropped", num_groups)
+        lowbit = None
+        if calibration.get("lowbit_format") == lowbit_format:
+            lowbit = read_rates(calibration, "error_rate_lowbit_everywhere", "error_rate_lowbit", num_groups)
     except OSError as err:
         raise ValueError(f"cannot read it ({err.strerror})") from None
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
@@ -696,9 +775,10 @@ def recorded_dropped(
         "file": str(path),
         "command": calibration.get("command"),
         "date": calibration.get("date"),
-        "sensitivity_items": calibration.get("sensitivity_items"),
+        "reused": ["dropped"] + ([f"lowbit {lowbit_format} per role"] if lowbit is not None else []),
+        **{key: calibration[key] for key in ("dropped_from", "reused_from") if key in calibration},
     }
-    return per_group, joint, provenance
+    return RecordedRates(dropped, lowbit, calibration.get("sensitivity_items"), provenance)
 
 
 def _by_group_and_role(per_group: list[list[float]], joint: list[float]) -> dict[str, float]:

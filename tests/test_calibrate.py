@@ -17,6 +17,7 @@ from sglang_pask.calibrate import (
     balance_by_category,
     floors_from_sensitivity,
     policy_table,
+    scale_to_total,
     shares_from_distortion,
     spread_joint_sensitivity,
 )
@@ -316,6 +317,21 @@ def test_calibration_on_the_tiny_model_writes_a_loadable_policy(tiny_model_dir, 
     # --kv-dropped k4v2 also probed every role kept as its k4v2 round trip (the low-bit tier).
     assert data["calibration"]["lowbit_format"] == "k4v2"
     assert set(data["calibration"]["error_rate_lowbit_everywhere"]) == set(data["calibration"]["probed_roles"])
+    assert 0 <= data["calibration"]["error_rate_lowbit_all_roles"] <= 1  # every token at k4v2 at once
+    # --reuse takes every rate the file measured and measures only the every-token probe again.
+    again = tmp_path / "again.json"
+    run = calibrate(
+        *("--model-path", str(tiny_model_dir), "--out", str(again), "--kv-layer-groups", "0-0,1-1", "--limit", "2"),
+        *("--max-tokens", "12", "--min-role-share", "0.05", "--budget", "0.5", "--grammar", "ebnf-strict"),
+        *("--kv-dropped", "k4v2", "--reuse", str(out)),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "k4v2 on every token" in run.stderr and "screening" not in run.stderr and "sensitivity (" not in run.stderr
+    redone = json.loads(again.read_text())["calibration"]
+    for key in ("error_rate_dropped", "error_rate_lowbit", "error_rate_lowbit_everywhere", "sensitivity_items"):
+        assert redone[key] == data["calibration"][key], key
+    assert redone["reused_from"]["file"] == str(out)
+    assert redone["reused_from"]["reused"] == ["dropped", "lowbit k4v2 per role"]
     assert "lowbit" not in data  # no --kv-bytes: an untiered table
     assert data["format"] == "sglang-pask-policy" and data["model"]["name"] == tiny_model_dir.name
     calibration = data["calibration"]
@@ -430,17 +446,45 @@ def servers_of(pattern: str) -> list[psutil.Process]:
     return found
 
 
-def test_reused_eviction_measurements_must_come_from_the_same_calibration(tmp_path):
-    from sglang_pask.calibrate import recorded_dropped
+def test_reused_measurements_must_come_from_the_same_calibration(tmp_path):
+    from sglang_pask.calibrate import recorded_rates
 
     source, _, per_group, joint, _ = measured_policy(tmp_path)
-    reused_per_group, reused_joint, provenance = recorded_dropped(
-        str(source), ["simple_python_1"], "ebnf", "compress", "m", 2
-    )
-    assert reused_per_group == per_group and reused_joint == joint and provenance["file"] == str(source)
+    reused = recorded_rates(str(source), ["simple_python_1"], "ebnf", "compress", "m", 2, "k4v2")
+    assert reused.dropped == (per_group, joint) and reused.provenance["file"] == str(source)
+    assert reused.lowbit is None and reused.provenance["reused"] == ["dropped"]  # no low-bit tier recorded
     with pytest.raises(ValueError, match="measured with other items, kv_decode than this calibration"):
-        recorded_dropped(str(source), ["simple_python_2"], "ebnf", "keep", "m", 2)
+        recorded_rates(str(source), ["simple_python_2"], "ebnf", "keep", "m", 2, "k4v2")
     with pytest.raises(ValueError, match="cannot read it"):
-        recorded_dropped(str(tmp_path / "absent.json"), [], "ebnf", "keep", "m", 2)
-    run = calibrate("--reuse-dropped", str(source), "--model-path", str(tmp_path / "m"))
-    assert run.returncode == 2 and "--reuse-dropped measures the low-bit tier only" in run.stderr
+        recorded_rates(str(tmp_path / "absent.json"), [], "ebnf", "keep", "m", 2, "k4v2")
+    run = calibrate("--reuse", str(source), "--model-path", str(tmp_path / "m"))
+    assert run.returncode == 2 and "--reuse measures the low-bit tier only" in run.stderr
+
+
+def test_low_bit_rates_are_scaled_to_the_every_token_rate():
+    shares = [[0.2, 0.3, 0.0], [0.2, 0.3, 0.0]]
+    scaled = scale_to_total([[0.1, 0.1, 0.5], [0.0, 0.2, 0.0]], shares, 0.2)
+    assert sum(scaled, []) == pytest.approx([0.05, 0.05, 0.0, 0.0, 0.1, 0.0])  # the absent role counts nothing
+    # Nothing measured per role but a loss with every token at low bits: spread by bytes.
+    spread = scale_to_total([[0.0] * 3] * 2, shares, 0.1)
+    assert sum(spread, []) == pytest.approx([0.02, 0.03, 0.0, 0.02, 0.03, 0.0])
+    assert scale_to_total([[0.1, 0.1, 0.0]] * 2, shares, 0.0) == [[0.0, 0.0, 0.0]] * 2
+
+
+def test_a_tiered_refit_needs_the_every_token_probe(tmp_path):
+    source, model, _, _, _ = measured_policy(tmp_path)
+    data = json.loads(source.read_text())
+    data["calibration"].update(
+        lowbit_format="k4v2",
+        error_rate_lowbit_everywhere={"boundary": 0.0},
+        error_rate_lowbit={"0:boundary": 0.0, "1:boundary": 0.0},
+    )
+    source.write_text(json.dumps(data))
+    args = ("--refit", str(source), "--model-path", str(model), "--kv-bytes", "0.3", "--out", str(tmp_path / "t.json"))
+    run = calibrate(*args)
+    assert run.returncode == 2 and "error_rate_lowbit_all_roles" in run.stderr and "--reuse" in run.stderr
+    data["calibration"]["error_rate_lowbit_all_roles"] = 0.0
+    source.write_text(json.dumps(data))
+    run = calibrate(*args)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads((tmp_path / "t.json").read_text())["calibration"]["tier_predicted_bytes"] <= 0.3 + 1e-9

@@ -20,7 +20,7 @@ from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool  # noqa: E402
 
 from sglang_pask.config import KV_POLICIES  # noqa: E402
 from sglang_pask.kvpool.compression import KVViewTable  # noqa: E402
-from sglang_pask.kvpool.probe import ALL_GROUPS, CalibrationProbe  # noqa: E402
+from sglang_pask.kvpool.probe import ALL_GROUPS, ALL_ROLES, CalibrationProbe  # noqa: E402
 from sglang_pask.kvpool.sizing import LayerGroupLayout, group_slot_counts, virtual_slot_count  # noqa: E402
 from sglang_pask.policy import PaskTable, available_policies, capacity, get_policy  # noqa: E402
 from sglang_pask.srt.admission import LayerGroupPrefillBudget  # noqa: E402
@@ -396,6 +396,33 @@ def test_a_drop_probe_drops_generated_tokens_only_where_decode_compresses(compre
         held = pool.views.views[2].groups[g].positions(length, torch.device("cpu")).tolist()
         assert held == prompt_kept + generated
         assert allocator.group_used_slots(g) == len(held)
+    allocator.free(req_to_token[2, :length].long())
+    pool.views.release(2)
+    assert allocator.available_size() == SLOTS and allocator.check_slots() == []
+
+
+def test_a_lowbit_probe_of_every_role_requantizes_each_prompt_token_once_and_drops_none():
+    """``drop_role: "all"`` with ``lowbit`` (the calibration's every-token probe): every private prompt
+    token of every group goes through the low-bit round trip once; under keep no generated token does."""
+
+    def roles_of(row, positions):
+        return torch.where(positions % 3 == 0, int(Role.BOUNDARY), int(Role.FREE_TEXT))
+
+    probe = CalibrationProbe(drop_group=ALL_GROUPS, drop_role=ALL_ROLES, lowbit="k4v2")
+    pool, allocator, req_to_token = make_grouped(
+        "full", roles_of=roles_of, compress_decode=False, probe_of=lambda row: probe
+    )
+    stored: list[tuple[int, list[int], str]] = []
+    pool.views.requantize = lambda row, group, positions, fmt: stored.append((group, positions.tolist(), fmt))
+    backend = backend_for(pool, req_to_token)
+    generator = torch.Generator().manual_seed(5)
+    ids = allocator.alloc(30)
+    req_to_token[2, :30] = ids
+    run_layers(backend, forward_batch([2], [30], [30], ids), 30, generator)
+    length = decode_steps(backend, allocator, req_to_token, 2, 30, 5, generator)
+    assert sorted(stored) == [(g, list(range(30)), "k4v2") for g in range(2)]
+    for g in range(2):
+        assert pool.views.views[2].groups[g].positions(length, torch.device("cpu")).tolist() == list(range(length))
     allocator.free(req_to_token[2, :length].long())
     pool.views.release(2)
     assert allocator.available_size() == SLOTS and allocator.check_slots() == []

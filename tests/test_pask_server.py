@@ -141,6 +141,7 @@ def test_calibration_probe_measures_distortion(pask_server):
         {"drop_group": 2, "drop_role": "boundary"},
         {"drop_group": "everywhere", "drop_role": "boundary"},
         {"drop_group": 0, "drop_role": "nonsense"},
+        {"drop_group": 0, "drop_role": "all"},
         {"distortion_budget": 2},
         {"drop_group": 0, "drop_role": "boundary", "lowbit": "fp8"},
         {"lowbit": "k4v2", "distortion_budget": 0.3},

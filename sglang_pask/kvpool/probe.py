@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 # CalibrationProbe.drop_group of a probe that drops its role in every layer group.
 ALL_GROUPS = -1
+# CalibrationProbe.drop_role of a low-bit probe that stores every private token at low bits.
+ALL_ROLES = -2
 
 
 @dataclass(frozen=True)
@@ -40,7 +42,8 @@ class CalibrationProbe:
     ----------
     drop_group, drop_role : int or None
         Drop every private token of this role in this layer group (every group if ``drop_group``
-        is :data:`ALL_GROUPS`), keep everything else.
+        is :data:`ALL_GROUPS`), keep everything else. ``drop_role`` :data:`ALL_ROLES` (with ``lowbit``
+        only) takes every private token.
     lowbit : str or None
         With ``drop_group``: instead of dropping them, keep those tokens as their low-bit round trip in
         this ``--kv-dropped`` format (``2bit`` or ``k4v2``), in place: what a low-bit tier would read.
@@ -76,10 +79,12 @@ def _role_positions(
     table: "KVViewTable", row: int, group: int, seq_len: int, role: Optional[int]
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The row's positions ``group`` reads ``(k,)``, its private ones ``(p,)``, and which of those are
-    of ``role`` ``(p,)`` bool."""
+    of ``role`` ``(p,)`` bool (all of them for :data:`ALL_ROLES`)."""
     request = table.views[row]
     held = request.groups[group].positions(seq_len, table.device)
     private = held[held >= request.shared_upto]
+    if role == ALL_ROLES:
+        return held, private, torch.ones_like(private, dtype=torch.bool)
     roles = table.roles_of(row, private) if table.roles_of is not None else torch.full_like(private, -1)
     return held, private, roles == role
 
