@@ -270,3 +270,41 @@ def cuda_median_ms(fn: Callable[[], object], repeats: int, warmup: int = 3) -> f
         end.synchronize()
         times.append(start.elapsed_time(end))
     return statistics.median(times)
+
+
+def held_kv_bytes(stats: dict, bytes_per_slot: Sequence[int]) -> tuple[int, int]:
+    """The bytes a request's layer groups held at its last step, and those of full KV of the same length.
+
+    Parameters
+    ----------
+    stats : dict
+        Its ``meta_info["kv_stats"]``: ``full_tokens``, ``kept_tokens`` (one per group) and, under a
+        low-bit ``--kv-dropped``, ``lowbit_slots`` (one per group; absent: zeros).
+    bytes_per_slot : sequence of int
+        Each group's bytes per slot (``/server_info``).
+
+    Returns
+    -------
+    tuple[int, int]
+        ``sum_g (kept_g + lowbit_slots_g) * bytes_g`` and ``full_tokens * sum_g bytes_g``.
+
+    Raises
+    ------
+    ValueError
+        If the stats have another number of groups than ``bytes_per_slot``.
+    """
+    kept = stats["kept_tokens"]
+    lowbit = stats.get("lowbit_slots") or [0] * len(kept)
+    if not len(kept) == len(lowbit) == len(bytes_per_slot):
+        raise ValueError(
+            f"kv_stats has {len(kept)} groups (lowbit_slots {len(lowbit)}), the pool {len(bytes_per_slot)}"
+        )
+    held = sum((k + s) * b for k, s, b in zip(kept, lowbit, bytes_per_slot))
+    return held, stats["full_tokens"] * sum(bytes_per_slot)
+
+
+def kv_share(stats: dict, bytes_per_slot: Sequence[int]) -> float:
+    """The bytes a request's layer groups held, as a share of full KV of the same length
+    (:func:`held_kv_bytes`)."""
+    held, full = held_kv_bytes(stats, bytes_per_slot)
+    return held / full

@@ -79,6 +79,7 @@ from bench.common import (
     REPO_ROOT,
     exact_mcnemar_p,
     exit_on_sigterm,
+    kv_share,
     positive_int,
     read_json_files,
     refuse_flags_given,
@@ -262,37 +263,6 @@ def server_flags(method: str, point: float, server_args: str, policy_file: Optio
     """Launcher flags of one configuration: :data:`COMMON_FLAGS`, the method's flags at ``point``
     (``policy_file``: its PASK policy file for that point, if given), then ``server_args`` (shell syntax)."""
     return [*COMMON_FLAGS, *METHODS[method].flags(point, policy_file), *shlex.split(server_args)]
-
-
-def kv_share(stats: dict, bytes_per_slot: Sequence[int]) -> float:
-    """The bytes a request's layer groups held, as a share of full KV of the same length.
-
-    Parameters
-    ----------
-    stats : dict
-        Its ``meta_info["kv_stats"]``: ``full_tokens``, ``kept_tokens`` (one per group) and, under a
-        low-bit ``--kv-dropped``, ``lowbit_slots`` (one per group; absent: zeros).
-    bytes_per_slot : sequence of int
-        Each group's bytes per slot (``/server_info``).
-
-    Returns
-    -------
-    float
-        ``sum_g (kept_g + lowbit_slots_g) * bytes_g / (full_tokens * sum_g bytes_g)``.
-
-    Raises
-    ------
-    ValueError
-        If the stats have another number of groups than ``bytes_per_slot``.
-    """
-    kept = stats["kept_tokens"]
-    lowbit = stats.get("lowbit_slots") or [0] * len(kept)
-    if not len(kept) == len(lowbit) == len(bytes_per_slot):
-        raise ValueError(
-            f"kv_stats has {len(kept)} groups (lowbit_slots {len(lowbit)}), the pool {len(bytes_per_slot)}"
-        )
-    held = sum((k + s) * b for k, s, b in zip(kept, lowbit, bytes_per_slot))
-    return held / (stats["full_tokens"] * sum(bytes_per_slot))
 
 
 def pool_bytes_per_slot(url: str, label: str) -> list[int]:

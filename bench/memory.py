@@ -46,7 +46,7 @@ import requests
 from tqdm import tqdm
 
 from bench.bfcl import configurations, parse_budgets, select_items
-from bench.common import exit_on_sigterm, run_header
+from bench.common import exit_on_sigterm, held_kv_bytes, run_header
 from sglang_pask.bfcl.data import AST_CATEGORIES
 from sglang_pask.bfcl.grammar import item_ebnf
 from sglang_pask.bfcl.prompt import build_messages
@@ -190,12 +190,7 @@ def run_config(
         usage = requests.get(f"{server.url}/server_info", timeout=60).json()
         usage = usage["internal_states"][0]["sglang_pask"]["kv_pool"]
     per_token = [group["bytes_per_slot"] for group in usage["groups"]]
-    kept_bytes, full_bytes = [], []
-    for result in results:
-        stats = result["meta_info"]["kv_stats"]
-        lowbit_slots = stats.get("lowbit_slots", [0] * len(per_token))
-        kept_bytes.append(sum((k + s) * b for k, s, b in zip(stats["kept_tokens"], lowbit_slots, per_token)))
-        full_bytes.append(stats["full_tokens"] * sum(per_token))
+    kept_bytes, full_bytes = zip(*(held_kv_bytes(result["meta_info"]["kv_stats"], per_token) for result in results))
     generated = sum(r["meta_info"]["completion_tokens"] for r in results)
     return ConfigMemory(
         policy=policy,
