@@ -286,6 +286,8 @@ def test_storage_budget_counts_the_blocks():
     assert TWO_BIT.storage_budget(0.175, 2) == pytest.approx(0.175 + 0.825 * 6 / 32)
     assert BlockFormat(2, 4).storage_budget(0.047, 2) == pytest.approx(0.047 + 0.953 / 4)
     assert TWO_BIT.storage_budget(1.0, 4) == 1.0
+    # A tiered policy stores only its expected low-bit share in blocks; the rest is evicted.
+    assert BlockFormat(4, 2).storage_budget(0.02, 2, lowbit_share=0.5) == pytest.approx(0.02 + 0.5 * 8 / 32)
     with pytest.raises(ValueError, match="1, 2 or 4 bytes"):
         TWO_BIT.rows_per_block(3)
     with pytest.raises(ValueError, match="2 or 4 bits"):
@@ -408,3 +410,29 @@ def test_lowbit_decode_stores_the_oldest_generated_tokens_as_one_whole_block_and
     assert allocator.check_slots() == []
     allocator.free(req_to_token[1, :seq])
     assert [allocator.group_used_slots(g) for g in range(2)] == [0, 0]
+
+
+def test_a_tiered_policy_sizes_each_group_for_its_expected_low_bit_share():
+    from sglang_pask.config import PaskConfig
+    from sglang_pask.policy.pask import NUM_ROLES, PaskPolicy, PaskTable
+    from sglang_pask.srt.active_pool import storage_budgets
+
+    evicted, stored = [0.0] * NUM_ROLES, [1.0] * NUM_ROLES
+    evicted[0] = 1.0  # group 0 keeps role 0 (a quarter of the tokens) at low bits, evicts the rest
+    table = PaskTable(
+        floors=(tuple([0.0] * NUM_ROLES),) * 2,
+        residual_shares=(0.5, 0.5),
+        layers_per_group=(1, 1),
+        role_frequencies=tuple([0.25] * 4 + [0.0] * (NUM_ROLES - 4)),
+        lowbit=(tuple(evicted), tuple(stored)),
+    )
+    config = PaskConfig(kv_policy="pask", kv_budget=0.1, kv_dropped="k4v2", kv_decode="lowbit")
+    cost = BlockFormat(4, 2).rows_per_block(2) / 32
+    assert PaskPolicy(table=table).lowbit_shares(2) == [0.25, 1.0]
+    assert storage_budgets(config, PaskPolicy(table=table), [0.1, 0.1], 2) == pytest.approx(
+        [0.1 + 0.25 * cost, 0.1 + cost]
+    )
+    # Untiered: every token not kept in full is stored (0.9 of them); without low bits, the budget.
+    assert storage_budgets(config, PaskPolicy(), [0.1, 0.1], 2) == pytest.approx([0.1 + 0.9 * cost] * 2)
+    unstored = PaskConfig(kv_policy="pask", kv_budget=0.1)
+    assert storage_budgets(unstored, PaskPolicy(table=table), [0.1, 0.1], 2) == [0.1, 0.1]

@@ -64,10 +64,12 @@ class BlockFormat:
         ``heads * head_dim`` elements in each of K and V)."""
         return rows_per_block(self.key_bits, self.value_bits, itemsize)
 
-    def storage_budget(self, budget: float, itemsize: int) -> float:
+    def storage_budget(self, budget: float, itemsize: int, lowbit_share: Optional[float] = None) -> float:
         """A group's share of full KV's slots when it keeps ``budget`` of a request's tokens in full and
-        the rest in blocks: ``budget + (1 - budget) * rows_per_block / BLOCK_TOKENS``."""
-        return budget + (1.0 - budget) * self.rows_per_block(itemsize) / BLOCK_TOKENS
+        ``lowbit_share`` of them in blocks (default: all the rest, ``1 - budget``):
+        ``budget + lowbit_share * rows_per_block / BLOCK_TOKENS``."""
+        stored = 1.0 - budget if lowbit_share is None else lowbit_share
+        return budget + stored * self.rows_per_block(itemsize) / BLOCK_TOKENS
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,12 @@ class KVPolicy(ABC):
         always keeps when they are candidates (0 unless overridden)."""
         return 0
 
+    def lowbit_shares(self, num_groups: int) -> Optional[list[float]]:
+        """``(num_groups,)`` the expected share of a request's tokens each group stores at low bits, for a
+        policy that decides it (a tiered table); None when every token a group does not keep in full is
+        stored at low bits under a low-bit ``--kv-dropped`` mode (the default)."""
+        return None
+
     def group_budgets(self, total_budget: float, num_groups: int, layers_per_group: list[int]) -> list[float]:
         """Split the total KV budget between layer groups.
 

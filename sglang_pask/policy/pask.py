@@ -186,6 +186,12 @@ class PaskPolicy(KVPolicy):
         instance decides for one group."""
         return self.table is not None and self.table.lowbit is not None and self.group is not None
 
+    def lowbit_shares(self, num_groups: int) -> Optional[list[float]]:
+        """A tiered table's expected low-bit share per group (:meth:`PaskTable.lowbit_fraction`), else None."""
+        if self.table is None or self.table.lowbit is None:
+            return None
+        return [self.table.lowbit_fraction(g) for g in range(num_groups)]
+
     @property
     def reserved_tokens(self) -> int:
         """The table's attention sinks (0 without a table)."""

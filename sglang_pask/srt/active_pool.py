@@ -38,13 +38,8 @@ class ActivePool:
 
     @property
     def storage_budgets(self) -> list[float]:
-        """``(num_groups,)`` each group's share of full KV's slots per request: its budget, or under a
-        low-bit ``--kv-dropped`` mode its budget plus the blocks of the rest
-        (:meth:`~sglang_pask.kvpool.lowbit.BlockFormat.storage_budget`)."""
-        block_format = lowbit_format(self.config)
-        if block_format is None:
-            return list(self.budgets)
-        return [block_format.storage_budget(b, self.pool.store_dtype.itemsize) for b in self.budgets]
+        """``(num_groups,)`` each group's share of full KV's slots per request (:func:`storage_budgets`)."""
+        return storage_budgets(self.config, self.policy, self.budgets, self.pool.store_dtype.itemsize)
 
     def held_positions(self, row: int, request: RequestView, req_to_token: torch.Tensor) -> list[torch.Tensor]:
         """``(num_groups,)`` of ``(k_g,)`` int64 ascending, on the pool's device: the positions each
@@ -130,3 +125,17 @@ def set_active(state: ActivePool) -> None:
     """This process's layer-group pool, as SGLang built it."""
     global _ACTIVE
     _ACTIVE = state
+
+
+def storage_budgets(config: PaskConfig, policy: KVPolicy, budgets: list[float], itemsize: int) -> list[float]:
+    """``(num_groups,)`` each group's share of full KV's slots per request: its budget, or under a
+    low-bit ``--kv-dropped`` mode its budget plus the blocks of the tokens it stores at low bits (all
+    the rest, or a tiered policy's expected share, :meth:`~sglang_pask.policy.base.KVPolicy.lowbit_shares`;
+    :meth:`~sglang_pask.kvpool.lowbit.BlockFormat.storage_budget`). The pool's layout splits its memory
+    between the groups and the virtual ids by these shares; admission counts each group's real free
+    slots, so a request that stores more than the expected share is never admitted beyond them."""
+    block_format = lowbit_format(config)
+    if block_format is None:
+        return list(budgets)
+    shares = policy.lowbit_shares(len(budgets)) or [None] * len(budgets)
+    return [block_format.storage_budget(b, itemsize, share) for b, share in zip(budgets, shares)]

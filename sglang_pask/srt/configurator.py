@@ -30,7 +30,7 @@ from sglang_pask.kvpool.lowbit import BlockFormat, LowBitStore, requantize_in_pl
 from sglang_pask.kvpool.sizing import plan_layout
 from sglang_pask.policy import plan_group_budgets
 from sglang_pask.policy.resolve import build_policy
-from sglang_pask.srt.active_pool import ActivePool, active, lowbit_format, set_active
+from sglang_pask.srt.active_pool import ActivePool, active, lowbit_format, set_active, storage_budgets
 from sglang_pask.srt.pool import LayerGroupAllocator, LayerGroupMHAKVPool
 from sglang_pask.srt.roles import RequestRoles
 from sglang_pask.srt.tensor_parallel import score_reducer
@@ -75,12 +75,10 @@ def pool_builder(config: PaskConfig):
         budgets = plan_group_budgets(
             policy, config.kv_budget, [len(r) for r in ranges], config.kv_window, configurator.model_config.context_len
         )
-        storage, block_rows = budgets, 0
+        itemsize = configurator.kv_cache_dtype.itemsize
+        storage = storage_budgets(config, policy, budgets, itemsize)
         block_format = lowbit_format(config)
-        if block_format is not None:
-            itemsize = configurator.kv_cache_dtype.itemsize
-            storage = [block_format.storage_budget(b, itemsize) for b in budgets]
-            block_rows = block_format.rows_per_block(itemsize)
+        block_rows = 0 if block_format is None else block_format.rows_per_block(itemsize)
         layout = plan_layout(
             max_total_num_tokens,
             ranges,
