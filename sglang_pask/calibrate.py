@@ -637,16 +637,17 @@ def tiered_policy_table(
     from sglang_pask.policy.pask_file import Tiers
 
     fmt = calibration.get("lowbit_format", args.kv_dropped)
-    if calibration.get("error_rate_lowbit_all_roles") is None:
+    every_token = calibration.get("error_rate_lowbit_all_roles")
+    if every_token is None:
         _fail(
             "the low-bit tier's measurements lack the probe of every token at low bits (error_rate_lowbit_all_roles); "
             "calibrate again with --kv-dropped and --reuse of this file, which measures only that"
         )
+    if isinstance(every_token, bool) or not isinstance(every_token, (int, float)) or not 0 <= every_token <= 1:
+        _fail(f"error_rate_lowbit_all_roles must be a rate in [0, 1], got {every_token!r}")
     evicting = spread_joint_sensitivity(*dropped)
     shares = [[n / sum(layers) * p for p in frequencies] for n in layers]
-    scaled = scale_to_total(
-        spread_joint_sensitivity(*lowbit), shares, float(calibration["error_rate_lowbit_all_roles"])
-    )
+    scaled = scale_to_total(spread_joint_sensitivity(*lowbit), shares, float(every_token))
     # A token kept at low bits carries what an evicted one carries and more, so keeping it cannot be
     # expected to cost more answers than evicting it; a higher rate is the noise of a few items.
     storing = [[min(low, gone) for low, gone in zip(row_low, row_gone)] for row_low, row_gone in zip(scaled, evicting)]

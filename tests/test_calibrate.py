@@ -483,6 +483,10 @@ def test_a_tiered_refit_needs_the_every_token_probe(tmp_path):
     args = ("--refit", str(source), "--model-path", str(model), "--kv-bytes", "0.3", "--out", str(tmp_path / "t.json"))
     run = calibrate(*args)
     assert run.returncode == 2 and "error_rate_lowbit_all_roles" in run.stderr and "--reuse" in run.stderr
+    data["calibration"]["error_rate_lowbit_all_roles"] = "high"
+    source.write_text(json.dumps(data))
+    run = calibrate(*args)
+    assert run.returncode == 2 and "error_rate_lowbit_all_roles must be a rate in [0, 1], got 'high'" in run.stderr
     data["calibration"]["error_rate_lowbit_all_roles"] = 0.0
     source.write_text(json.dumps(data))
     run = calibrate(*args)

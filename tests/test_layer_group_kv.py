@@ -373,23 +373,32 @@ def test_kv_decode_keep_compresses_the_prompt_and_keeps_every_generated_token(po
     assert allocator.available_size() == SLOTS and allocator.check_slots() == []
 
 
-@pytest.mark.parametrize("compress_decode", [True, False])
-def test_a_drop_probe_drops_generated_tokens_only_where_decode_compresses(compress_decode):
-    """A calibration probe drops its role as the server would: under --kv-decode keep, the prompt's only."""
+def run_probe(probe: CalibrationProbe, compress_decode: bool, steps: int, requantize=None):
+    """Row 2 under ``probe``: a 30-token prompt (every third token a boundary, the rest free text), then
+    ``steps`` decode steps; ``(pool, allocator, req_to_token, length)``."""
 
     def roles_of(row, positions):
         return torch.where(positions % 3 == 0, int(Role.BOUNDARY), int(Role.FREE_TEXT))
 
-    probe = CalibrationProbe(drop_group=ALL_GROUPS, drop_role=int(Role.BOUNDARY))
     pool, allocator, req_to_token = make_grouped(
         "full", roles_of=roles_of, compress_decode=compress_decode, probe_of=lambda row: probe
     )
+    if requantize is not None:
+        pool.views.requantize = requantize
     backend = backend_for(pool, req_to_token)
     generator = torch.Generator().manual_seed(5)
     ids = allocator.alloc(30)
     req_to_token[2, :30] = ids
     run_layers(backend, forward_batch([2], [30], [30], ids), 30, generator)
-    length = decode_steps(backend, allocator, req_to_token, 2, 30, 9, generator)
+    return pool, allocator, req_to_token, decode_steps(backend, allocator, req_to_token, 2, 30, steps, generator)
+
+
+@pytest.mark.parametrize("compress_decode", [True, False])
+def test_a_drop_probe_drops_generated_tokens_only_where_decode_compresses(compress_decode):
+    """A calibration probe drops its role as the server would: under --kv-decode keep, the prompt's only."""
+
+    probe = CalibrationProbe(drop_group=ALL_GROUPS, drop_role=int(Role.BOUNDARY))
+    pool, allocator, req_to_token, length = run_probe(probe, compress_decode, 9)
     prompt_kept = [p for p in range(30) if p % 3]
     generated = [p for p in range(30, length) if p % 3] if compress_decode else list(range(30, length))
     for g in range(2):
@@ -405,21 +414,13 @@ def test_a_lowbit_probe_of_every_role_requantizes_each_prompt_token_once_and_dro
     """``drop_role: "all"`` with ``lowbit`` (the calibration's every-token probe): every private prompt
     token of every group goes through the low-bit round trip once; under keep no generated token does."""
 
-    def roles_of(row, positions):
-        return torch.where(positions % 3 == 0, int(Role.BOUNDARY), int(Role.FREE_TEXT))
-
     probe = CalibrationProbe(drop_group=ALL_GROUPS, drop_role=ALL_ROLES, lowbit="k4v2")
-    pool, allocator, req_to_token = make_grouped(
-        "full", roles_of=roles_of, compress_decode=False, probe_of=lambda row: probe
-    )
     stored: list[tuple[int, list[int], str]] = []
-    pool.views.requantize = lambda row, group, positions, fmt: stored.append((group, positions.tolist(), fmt))
-    backend = backend_for(pool, req_to_token)
-    generator = torch.Generator().manual_seed(5)
-    ids = allocator.alloc(30)
-    req_to_token[2, :30] = ids
-    run_layers(backend, forward_batch([2], [30], [30], ids), 30, generator)
-    length = decode_steps(backend, allocator, req_to_token, 2, 30, 5, generator)
+
+    def requantize(row, group, positions, fmt):
+        stored.append((group, positions.tolist(), fmt))
+
+    pool, allocator, req_to_token, length = run_probe(probe, False, 5, requantize)
     assert sorted(stored) == [(g, list(range(30)), "k4v2") for g in range(2)]
     for g in range(2):
         assert pool.views.views[2].groups[g].positions(length, torch.device("cpu")).tolist() == list(range(length))
