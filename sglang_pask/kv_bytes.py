@@ -11,7 +11,9 @@ The launcher turns the second into the first before anything else reads the conf
 * ``--kv-policy pask`` with a low-bit ``--kv-dropped``: a *tiered* policy file (its low-bit tier in that
   format) solved by ``python -m sglang_pask.calibrate`` for this byte share; the file's own
   ``kv_budget`` is served. Without ``--pask-policy`` the file shipped for the served model and share is
-  used; a share no file was solved for is refused with the shares that ship.
+  used; a share no file was solved for is refused with the shares that ship. A tiered file passed
+  with ``--kv-budget`` instead is served only at the budget it was solved for (anything else would
+  give neither its byte share nor a tested policy), and refused otherwise, naming ``--kv-bytes``.
 
 The recent window, the attention sinks and the generated tokens come on top of the share, as they do
 on top of ``--kv-budget``; ``bench.memory`` and ``bench.frontier`` measure the whole.
@@ -78,9 +80,11 @@ def resolve_kv_bytes(config: PaskConfig, itemsize: int, model_name: str) -> Pask
     ------
     ConfigError
         A byte share below a low-bit format's cost, a tiered policy file solved for another share or
-        format, or no shipped tiered file for the share.
+        format, or no shipped tiered file for the share; without ``--kv-bytes``, a tiered policy file
+        with a ``--kv-budget`` other than its own.
     """
     if config.kv_bytes is None:
+        _check_tiered_budget(config)
         return config
     if config.kv_policy != "pask" or config.kv_dropped == "drop":
         budget = budget_for_bytes(config.kv_bytes, config.kv_dropped, itemsize)
@@ -117,3 +121,22 @@ def resolve_kv_bytes(config: PaskConfig, itemsize: int, model_name: str) -> Pask
             f"--kv-bytes {config.kv_bytes:g} --out NEW.json)"
         )
     return dataclasses.replace(config, kv_budget=tiers.kv_budget, pask_policy=str(path))
+
+
+def _check_tiered_budget(config: PaskConfig) -> None:
+    """A tiered ``--pask-policy`` given with ``--kv-budget`` must be served at its own budget."""
+    if config.kv_policy != "pask" or config.pask_policy is None:
+        return
+    from sglang_pask.policy import PolicyFileError
+    from sglang_pask.policy.pask_file import policy_file_tiers
+
+    try:
+        tiers = policy_file_tiers(config.pask_policy)
+    except PolicyFileError as err:
+        raise ConfigError(f"--pask-policy: {err}") from None
+    if tiers is not None and abs(tiers.kv_budget - config.kv_budget) > 1e-6:
+        raise ConfigError(
+            f"--kv-budget {config.kv_budget:g}: the tiered PASK policy file {config.pask_policy} was solved for "
+            f"--kv-bytes {tiers.kv_bytes:g}, which serves at --kv-budget {tiers.kv_budget:g}; pass --kv-bytes "
+            f"{tiers.kv_bytes:g} instead of --kv-budget"
+        )

@@ -69,6 +69,19 @@ def test_a_tiered_pask_file_serves_at_its_own_budget(tmp_path):
     assert resolved.kv_budget == 0.03 and resolved.pask_policy == path
 
 
+def test_a_tiered_file_with_a_budget_other_than_its_own_is_refused_naming_kv_bytes(tmp_path):
+    path = tiered_file(tmp_path)
+    config = PaskConfig(kv_policy="pask", kv_budget=0.33, kv_dropped="k4v2", kv_decode="lowbit", pask_policy=path)
+    with pytest.raises(
+        ConfigError, match="--kv-budget 0.33: the tiered PASK policy file .* pass --kv-bytes 0.15 instead"
+    ):
+        resolve_kv_bytes(config, 2, "tiny")
+    at_its_budget = PaskConfig(
+        kv_policy="pask", kv_budget=0.03, kv_dropped="k4v2", kv_decode="lowbit", pask_policy=path
+    )
+    assert resolve_kv_bytes(at_its_budget, 2, "tiny") == at_its_budget
+
+
 def test_a_tiered_file_solved_for_another_share_is_refused(tmp_path):
     path = tiered_file(tmp_path, kv_bytes=0.25)
     config = PaskConfig(kv_policy="pask", kv_bytes=0.15, kv_dropped="k4v2", kv_decode="lowbit", pask_policy=path)
