@@ -11,11 +11,17 @@ timed with CUDA events:
 * ``pergroup_full``: attention by the layer-group kernel (:mod:`lowbit_decode_attention`) over every
   token's slot in a token pool (budget 1.0);
 * ``k4v2``: the same kernel over ``--full-share`` (0.02) of the tokens in full and the rest in ``k4v2``
-  blocks (about 0.33 of full KV's bytes with the pool's overheads).
+  blocks (about 0.33 of full KV's bytes with the pool's overheads);
+* ``drop``: the same kernel over ``--drop-share`` (0.33) of the tokens, the rest dropped;
+* ``drop_scored``: ``drop`` plus what a decode that compresses with a scoring policy adds in every
+  layer of a captured step: the query's attention to each read slot (the window-score kernel with a
+  window of one query) added into a score buffer of the capacity the serving backend's CUDA-graph
+  buffers have (``batch * (context + 1)`` slots).
 
 The decode kernel takes its read lists as tensors and launches a fixed grid, so it captures as is.
-Before timing, ``pergroup_full``'s step output is compared with ``stock``'s (the same tokens; ``k4v2``
-reads its own random blocks and is timed only, its kernel checked by ``kernel_decode_attention.py``).
+Before timing, ``pergroup_full``'s step output is compared with ``stock``'s (the same tokens; ``k4v2``,
+``drop`` and ``drop_scored`` read other tokens and are timed only, their kernels checked by
+``kernel_decode_attention.py`` and ``kernel_window_scores.py``).
 On a CPU, ``--dry-run`` runs one eager step of tiny shapes (the kernel under ``TRITON_INTERPRET=1``)
 and only compares.
 
@@ -46,6 +52,9 @@ from bench.layer_standins import add_mlp, random_weights, rms_norm  # noqa: E402
 from sglang_pask.cli_paths import output_file  # noqa: E402
 
 decode = load_kernel("lowbit_decode_attention")
+window_scores = load_kernel("window_scores")
+# Configurations that read other tokens than stock's: timed, not compared.
+UNCOMPARED = ("k4v2", "drop", "drop_scored")
 
 
 @dataclass
@@ -93,6 +102,11 @@ def attention_functions(args: argparse.Namespace, device: torch.device) -> dict[
     """Per configuration, attention over the batch's KV (built once, read by every layer)."""
     full = build_inputs(args.batch, args.context, args.context, None, args, device)
     lowbit = build_inputs(args.batch, args.context, max(1, round(args.full_share * args.context)), (4, 2), args, device)
+    dropped = build_inputs(args.batch, args.context, max(1, round(args.drop_share * args.context)), None, args, device)
+    capacity = args.batch * (args.context + 1)
+    scored_indices = torch.zeros(capacity, dtype=torch.int64, device=device)
+    scored_indices[: dropped["kv_indices"].numel()] = dropped["kv_indices"]
+    step_scores = torch.zeros(capacity, dtype=torch.float32, device=device)
     slots = full["kv_indices"].long().view(args.batch, args.context)
     k_contiguous = full["k_buffer"][slots].transpose(1, 2).contiguous()  # (batch, kv_heads, context, head_dim)
     v_contiguous = full["v_buffer"][slots].transpose(1, 2).contiguous()
@@ -105,7 +119,21 @@ def attention_functions(args: argparse.Namespace, device: torch.device) -> dict[
     def kernel(inputs: dict[str, Any], q: torch.Tensor) -> torch.Tensor:
         return decode.lowbit_decode_attention_triton(**{**inputs, "q": q})
 
-    return {"stock": stock, "pergroup_full": functools.partial(kernel, full), "k4v2": functools.partial(kernel, lowbit)}
+    def scored(q: torch.Tensor) -> torch.Tensor:
+        out = kernel(dropped, q)
+        scores = window_scores.window_scores_triton(
+            q[:, None], dropped["k_buffer"], dropped["kv_indptr"], scored_indices, scale
+        )
+        step_scores.add_(scores.sum(dim=0))
+        return out
+
+    return {
+        "stock": stock,
+        "pergroup_full": functools.partial(kernel, full),
+        "k4v2": functools.partial(kernel, lowbit),
+        "drop": functools.partial(kernel, dropped),
+        "drop_scored": scored,
+    }
 
 
 def captured(step: Callable[[], torch.Tensor]) -> Callable[[], None]:
@@ -133,6 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--intermediate", type=int, default=9728)
     parser.add_argument("--full-share", type=float, default=0.02, help="share kept in full under k4v2 (0.02)")
+    parser.add_argument("--drop-share", type=float, default=0.33, help="share kept when dropping (0.33)")
     parser.add_argument("--repeats", type=int, default=50, help="timed replays (median kept; default 50)")
     parser.add_argument("--dry-run", action="store_true", help="no CUDA: one eager step of tiny shapes, compared")
     parser.add_argument("--json", type=output_file, metavar="OUT", help="also write the results as JSON")
@@ -165,9 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         bound = tol * max(1.0, outputs["stock"].abs().max().item())
         stock_ms = None
         for name, attend in attends.items():
-            # k4v2 reads its own random blocks: timed, not compared (its kernel is checked by
-            # kernel_decode_attention.py).
-            diff = None if name == "k4v2" else (outputs[name] - outputs["stock"]).abs().max().item()
+            diff = None if name in UNCOMPARED else (outputs[name] - outputs["stock"]).abs().max().item()
             ms = cuda_median_ms(captured(lambda: stack.step(hidden, attend)), args.repeats) if timed else None
             stock_ms = ms if name == "stock" else stock_ms
             ratio = None if ms is None else ms / stock_ms
@@ -187,6 +214,7 @@ def main(argv: list[str] | None = None) -> int:
                 "head_dim",
                 "intermediate",
                 "full_share",
+                "drop_share",
             )
         },
     )
@@ -205,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     matches = bool(rows[1].matches_stock)
     print(
         f"x stock = step time / stock's; pergroup_full's output matches stock's: {'yes' if matches else 'NO'} "
-        "(k4v2 reads its own random blocks: timed, not compared)"
+        f"({', '.join(UNCOMPARED)} read other tokens: timed, not compared)"
     )
     if args.json:
         record = {

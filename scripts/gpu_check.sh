@@ -9,7 +9,8 @@
 #      tokens) at full KV through the layer-group kernel, at about 0.33 of the bytes (k4v2, 2bit) and
 #      dropping to 0.33, against SDPA on contiguous KV, each checked against its torch reference;
 #   4. bench/decode_step_graph.py: a captured decode step of 36 Qwen3-4B-shaped layers (batch 64 x 4K),
-#      attention by SDPA on contiguous KV, by the layer-group kernel at budget 1.0 and at k4v2;
+#      attention by SDPA on contiguous KV, by the layer-group kernel at budget 1.0, at k4v2, dropping
+#      to 0.33, and dropping with the window scores a compressing decode adds in the graph;
 #   5. bench/structkv_prefill_stack.py: StructKV's prefill on 32 Llama-3.1-8B-shaped layers at 8K and
 #      32K tokens, full against the skeleton path (centrality, pivot statistics, the Triton gather).
 # Each benchmark has its own time limit (110 + 80 + 110 + 2 x 85 s: under 8 minutes in all).

@@ -35,6 +35,8 @@ ALLOW_OTHER_SGLANG_ENV = "SGLANG_PASK_ALLOW_OTHER_SGLANG"
 LAYER_GROUP_BACKENDS = ("torch_native", "triton")
 _BACKEND_FLAGS = ("--attention-backend", "--prefill-attention-backend", "--decode-attention-backend")
 _LOWBIT_DROPPED = ("2bit", "k4v2")
+#: SGLang's switch that captures the decode metadata preparation itself in a graph.
+METADATA_GLUE_ENV = "SGLANG_ENABLE_METADATA_GLUE_GRAPH"
 
 
 def check_config(config: "PaskConfig") -> None:
@@ -218,8 +220,8 @@ def attention_backend_flags(config: "PaskConfig", sglang_argv: list[str], gpu: b
 
     Every backend flag given must name one of :data:`LAYER_GROUP_BACKENDS`; without one, the
     backend is ``triton`` on a GPU and ``torch_native`` on a CPU (StructKV runs on both). On a GPU,
-    CUDA graphs are turned off (compression runs in Python between layers and the read lists change
-    every step). On a CPU, triton runs only under Triton's interpreter (``TRITON_INTERPRET=1``), which
+    prefill CUDA graphs are turned off and decode graphs stay on where the triton backend can replay
+    them (:func:`_cuda_graph_flags`). On a CPU, triton runs only under Triton's interpreter (``TRITON_INTERPRET=1``), which
     computes bf16/fp16 attention wrongly, so it needs ``--dtype float32``.
     """
     used = []
@@ -241,7 +243,43 @@ def attention_backend_flags(config: "PaskConfig", sglang_argv: list[str], gpu: b
     if "triton" in used:
         _check_triton(config, sglang_argv, gpu)
     if gpu and not has_flag(sglang_argv, "--disable-cuda-graph"):
-        extra.append("--disable-cuda-graph")
+        extra += _cuda_graph_flags(sglang_argv, used)
+    return extra
+
+
+def _cuda_graph_flags(sglang_argv: list[str], backends: list[str]) -> list[str]:
+    """SGLang's per-phase CUDA-graph flags on a GPU: prefill graphs off (an extend pass compresses,
+    and StructKV prunes, in Python between layers); decode graphs on where every backend is triton,
+    off otherwise."""
+    if has_flag(sglang_argv, "--cuda-graph-config"):
+        raise ConfigError(
+            "--cuda-graph-config: sglang-pask sets SGLang's CUDA-graph backend per phase itself; use "
+            "--disable-cuda-graph or --cuda-graph-backend-decode disabled instead"
+        )
+    extra: list[str] = []
+    prefill = flag_value(sglang_argv, "--cuda-graph-backend-prefill")
+    if prefill is None:
+        extra += ["--cuda-graph-backend-prefill", "disabled"]
+    elif prefill != "disabled":
+        raise ConfigError(
+            f"--cuda-graph-backend-prefill {prefill}: an sglang-pask extend pass compresses the layer "
+            "groups in Python between layers and cannot be captured (drop the flag or pass disabled)"
+        )
+    decode = flag_value(sglang_argv, "--cuda-graph-backend-decode")
+    if all(backend == "triton" for backend in backends):
+        if decode != "disabled" and os.environ.get(METADATA_GLUE_ENV) == "1":
+            raise ConfigError(
+                f"{METADATA_GLUE_ENV}=1: SGLang would capture the decode metadata preparation, where "
+                "sglang-pask builds each layer group's read lists in Python every step (unset it)"
+            )
+        return extra
+    if decode is None:
+        return extra + ["--cuda-graph-backend-decode", "disabled"]
+    if decode != "disabled":
+        raise ConfigError(
+            f"--cuda-graph-backend-decode {decode}: only the triton attention backend reads the layer groups "
+            "from CUDA-graph buffers (drop the flag or pass disabled)"
+        )
     return extra
 
 

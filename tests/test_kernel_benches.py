@@ -131,7 +131,7 @@ def test_structkv_prefill_stack_checks_the_skeleton_path_against_the_full_one(dr
 
 def test_decode_step_graph_compares_the_layer_group_kernel_with_stock_attention(dry_run):
     record = dry_run["decode_step_graph"]
-    assert [row["config"] for row in record["rows"]] == ["stock", "pergroup_full", "k4v2"]
+    assert [row["config"] for row in record["rows"]] == ["stock", "pergroup_full", "k4v2", "drop", "drop_scored"]
     assert record["rows"][1]["matches_stock"] is True
     timed = [row["step_ms"] is not None for row in record["rows"]]
     assert all(timed) if CUDA else (not any(timed) and "no CUDA device" in record["refused"])

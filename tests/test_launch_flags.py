@@ -253,15 +253,16 @@ def test_attention_backend_that_cannot_read_layer_groups_is_refused(args, gpu, e
         attention_backend_flags(config, sglang_argv, gpu)
 
 
-def test_attention_backend_defaults_triton_without_cuda_graphs_on_a_gpu_torch_native_on_a_cpu(monkeypatch):
+def test_attention_backend_defaults_triton_on_a_gpu_torch_native_on_a_cpu(monkeypatch):
     from sglang_pask.config_rules import attention_backend_flags
     from sglang_pask.launch_server import split_argv
 
-    config, sglang_argv = split_argv(["--kv-policy", "snapkv", "--kv-budget", "0.33"])
+    no_prefill_graphs = ["--cuda-graph-backend-prefill", "disabled"]
+    config, sglang_argv = split_argv(["--kv-policy", "snapkv", "--kv-budget", "0.33", "--kv-decode", "keep"])
     assert attention_backend_flags(config, sglang_argv, gpu=True) == [
         "--attention-backend",
         "triton",
-        "--disable-cuda-graph",
+        *no_prefill_graphs,
     ]
     assert attention_backend_flags(config, sglang_argv, gpu=False) == ["--attention-backend", "torch_native"]
     config, sglang_argv = split_argv(["--attention-backend", "torch_native", "--disable-cuda-graph"])
@@ -270,11 +271,66 @@ def test_attention_backend_defaults_triton_without_cuda_graphs_on_a_gpu_torch_na
     assert attention_backend_flags(config, sglang_argv, gpu=True) == [
         "--attention-backend",
         "triton",
-        "--disable-cuda-graph",
+        *no_prefill_graphs,
     ]
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     config, sglang_argv = split_argv(["--attention-backend", "triton", "--dtype", "float32"])
     assert attention_backend_flags(config, sglang_argv, gpu=False) == []
+
+
+@pytest.mark.parametrize(
+    "args, decode_graphs",
+    [
+        (["--kv-policy", "pask", "--kv-budget", "0.33", "--kv-decode", "keep"], True),
+        (["--kv-policy", "snapkv", "--kv-budget", "0.02", "--kv-dropped", "k4v2", "--kv-decode", "lowbit"], True),
+        (["--kv-policy", "streaming-llm", "--kv-budget", "0.33"], True),
+        (["--kv-policy", "h2o", "--kv-budget", "0.33", "--kv-decode", "compress"], True),  # scores in the graph
+        (["--attention-backend", "torch_native"], False),
+        (["--decode-attention-backend", "triton", "--prefill-attention-backend", "torch_native"], False),
+    ],
+)
+def test_decode_cuda_graphs_stay_on_where_the_triton_backend_replays_them(args, decode_graphs):
+    """Prefill graphs are always off; decode graphs only where every backend is triton."""
+    from sglang_pask.config_rules import attention_backend_flags
+    from sglang_pask.launch_server import split_argv
+
+    config, sglang_argv = split_argv(args)
+    extra = attention_backend_flags(config, sglang_argv, gpu=True)
+    assert extra[extra.index("--cuda-graph-backend-prefill") + 1] == "disabled"
+    assert "--disable-cuda-graph" not in extra
+    if decode_graphs:
+        assert "--cuda-graph-backend-decode" not in extra
+    else:
+        assert extra[extra.index("--cuda-graph-backend-decode") + 1] == "disabled"
+
+
+@pytest.mark.parametrize(
+    "args, env, message",
+    [
+        (["--cuda-graph-config", '{"decode": {"backend": "full"}}'], {}, "--cuda-graph-config: sglang-pask sets"),
+        (["--cuda-graph-backend-prefill", "full"], {}, "--cuda-graph-backend-prefill full: an sglang-pask extend"),
+        (
+            ["--attention-backend", "torch_native", "--cuda-graph-backend-decode", "full"],
+            {},
+            "--cuda-graph-backend-decode full: only the triton attention backend reads the layer groups",
+        ),
+        (
+            ["--kv-decode", "keep"],
+            {"SGLANG_ENABLE_METADATA_GLUE_GRAPH": "1"},
+            "SGLANG_ENABLE_METADATA_GLUE_GRAPH=1: SGLang would capture the decode metadata preparation",
+        ),
+    ],
+)
+def test_cuda_graph_flags_that_cannot_hold_are_refused(args, env, message, monkeypatch):
+    from sglang_pask.config import ConfigError
+    from sglang_pask.config_rules import attention_backend_flags
+    from sglang_pask.launch_server import split_argv
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    config, sglang_argv = split_argv(args)
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        attention_backend_flags(config, sglang_argv, gpu=True)
 
 
 def test_low_bit_dropped_tokens_are_served_on_triton():

@@ -330,7 +330,7 @@ def test_policy_args_reach_the_scheduler(tiny_model_dir, tmp_path):
         info = requests.get(f"{server.url}/server_info", timeout=30).json()
         assert info["internal_states"][0]["sglang_pask"]["kv_policy_args"] == "num_sinks=12"
         # The start-up self-check ran in the launcher, the scheduler and the detokenizer.
-        applied = re.findall(r"^sglang-pask: 21 hooks applied \((\S+), pid \d+\)$", server.log_path.read_text(), re.M)
+        applied = re.findall(r"^sglang-pask: 22 hooks applied \((\S+), pid \d+\)$", server.log_path.read_text(), re.M)
         assert len(applied) >= 3, applied
         wait_idle_and_flush(server)
         assert pool_usage(server)["tokens_in_use"] == 0

@@ -32,7 +32,7 @@ def load_plugins(structkv: bool = False, change: str = "") -> subprocess.Complet
 
 
 def test_every_hook_applies_and_one_line_says_how_many():
-    for structkv, count in ((False, 21), (True, 24)):  # StructKV adds the Qwen2, Qwen3 and Llama layer loops
+    for structkv, count in ((False, 22), (True, 25)):  # StructKV adds the Qwen2, Qwen3 and Llama layer loops
         proc = load_plugins(structkv)
         assert proc.returncode == 0 and "still running" in proc.stdout, proc.stderr[-2000:]
         assert re.search(rf"^sglang-pask: {count} hooks applied \(MainProcess, pid \d+\)$", proc.stderr, re.M)
@@ -43,7 +43,7 @@ def test_a_target_sglang_cannot_patch_stops_the_process_naming_it():
     assert proc.returncode == 1 and "still running" not in proc.stdout
     last = proc.stderr.strip().splitlines()[-1]
     assert last == (
-        "sglang-pask: SGLang could not apply 1 of its 21 hooks (the installed SGLang differs from the pinned one, "
+        "sglang-pask: SGLang could not apply 1 of its 22 hooks (the installed SGLang differs from the pinned one, "
         "or a target moved): sglang.srt.managers.schedule_policy.NoSuchAdder.__init__"
     )
 

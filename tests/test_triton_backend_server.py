@@ -161,3 +161,55 @@ def test_low_bit_blocks_on_triton_keep_and_answer_as_torch_native(mode, tiny_mod
     first, second = (stats for _, stats in results["triton"])
     assert all(count > 0 for count in first["lowbit_tokens"])  # the blocks were read in decode
     assert any(p < second["full_tokens"] for group in second["lowbit_positions"] for p in group)
+
+
+GRAPH_DECODE_MODES = {
+    # The fused low-bit kernel on the buffers; generated tokens packed into a block after the step.
+    "k4v2-lowbit": ["--kv-policy", "snapkv", "--kv-budget", "0.2", "--kv-dropped", "k4v2", "--kv-decode", "lowbit"],
+    # SGLang's decode kernel on the buffers; each layer's scores added in the buffers, the decode
+    # compresses by them after the step (pyramidkv: groups of different budgets).
+    "pyramidkv-compress": ["--kv-policy", "pyramidkv", "--kv-budget", "0.3"],
+}
+
+
+@pytest.mark.parametrize("mode", list(GRAPH_DECODE_MODES))
+def test_decode_from_graph_buffers_keeps_and_answers_as_torch_native(mode, tiny_model_dir, tmp_path):
+    """The CUDA-graph replay path without a GPU: with :data:`GRAPH_DECODE_ENV` set, every decode step
+    on triton reads its groups' lists from the graph buffers, filled as before a replay, runs eagerly,
+    and its groups keep, compress or pack after the step (the AFTER hook of ``ModelRunner.forward``).
+    Two requests decode at once; outputs and kept sets equal torch_native's eager ones."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from sglang_pask.srt.attention.graph_reads import GRAPH_DECODE_ENV
+
+    flags = ["--model-path", str(tiny_model_dir), *FLOAT32, *GROUPS, *GRAPH_DECODE_MODES[mode]]
+    prompts = [SYSTEM + " ".join(WORDS * 3), "Question: " + " ".join(WORDS[:12])]
+    results = {}
+    for backend, extra, env in (
+        ("triton", ["--attention-backend", "triton"], {**INTERPRETER, GRAPH_DECODE_ENV: "1"}),
+        ("torch", [], {}),
+    ):
+        server = ServerProcess([*flags, *extra], tmp_path / f"{backend}.log", env=env)
+        server.wait_ready(timeout_s=300)
+        try:
+            with ThreadPoolExecutor(len(prompts)) as pool:
+                answers = list(
+                    pool.map(
+                        lambda text: generate(
+                            server, text, timeout=600, max_new_tokens=40, ignore_eos=True, return_kv_kept=True
+                        ),
+                        prompts,
+                    )
+                )
+            results[backend] = [(r["output_ids"], r["meta_info"]["kv_stats"]) for r in answers]
+            wait_idle_and_flush(server)
+            usage = pool_usage(server)
+            assert usage["tokens_in_use"] == 0 and [g["slots_in_use"] for g in usage["groups"]] == [0, 0]
+            assert "Traceback" not in server.log_path.read_text(), server.log_tail(60)
+        finally:
+            server.stop()
+    assert results["triton"] == results["torch"]
+    first, _ = (stats for _, stats in results["triton"])
+    assert max(first["kept_tokens"]) < first["full_tokens"]  # the decode kept less than it read
+    if mode == "k4v2-lowbit":
+        assert all(count > 0 for count in first["lowbit_tokens"])

@@ -26,6 +26,7 @@ _PREFILL_ADDER = "sglang.srt.managers.schedule_policy.PrefillAdder"
 _TORCH_NATIVE_BACKEND = "sglang.srt.layers.attention.torch_native_backend.TorchNativeAttnBackend"
 _TRITON_BACKEND = "sglang.srt.layers.attention.triton_backend.TritonAttnBackend"
 _SET_GLOBAL_STATE = "sglang.srt.entrypoints.http_server.set_global_state"
+_MODEL_RUNNER_FORWARD = "sglang.srt.model_executor.model_runner.ModelRunner.forward"
 _POOL_STATS = "sglang.srt.managers.scheduler_components.pool_stats_observer.SchedulerPoolStatsObserver._get_token_info"
 
 
@@ -70,6 +71,8 @@ def register(config: PaskConfig) -> None:
     HookRegistry.register(_INVARIANT_CHECKER + "._check_full_pool", check_full_pool, HookType.AROUND)
     HookRegistry.register(_TORCH_NATIVE_BACKEND, LayerGroupTorchNativeAttnBackend, HookType.REPLACE)
     HookRegistry.register(_TRITON_BACKEND, LayerGroupTritonAttnBackend, HookType.REPLACE)
+    # A decode step run from the triton backend's graph buffers keeps or packs after the forward.
+    HookRegistry.register(_MODEL_RUNNER_FORWARD, _finish_graph_step, HookType.AFTER)
     HookRegistry.register(_PREFILL_ADDER + ".__init__", reserve_running_requests, HookType.AFTER)
     # StructKV (scheduler): the layer loop of Qwen2, Qwen3 and Llama models prunes the prefill.
     if config.structkv:
@@ -117,6 +120,16 @@ def _report_state(config: PaskConfig):
         return result
 
     return add_state
+
+
+def _finish_graph_step(result: Any, runner: Any, *args: Any, **kwargs: Any) -> Any:
+    """AFTER hook of ``ModelRunner.forward``: the layer groups of a decode step that ran from the
+    graph buffers (a replayed CUDA graph) keep, compress or pack now
+    (:meth:`~sglang_pask.srt.attention.triton.LayerGroupTritonAttnBackend.finish_graph_step`)."""
+    finish = getattr(runner.attn_backend, "finish_graph_step", None)
+    if finish is not None:
+        finish()
+    return result
 
 
 def _accept_flags(factory):

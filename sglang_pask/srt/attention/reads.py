@@ -55,15 +55,16 @@ class LayerGroupReads:
         # Batch index -> distortion probe, for this forward's requests that carry one (usually none).
         self._distortion_probes: dict[int, CalibrationProbe] = {}
 
-    def _begin_forward(self, forward_batch: Any) -> None:
-        """Record the forward's requests in batch order and make sure each has its view."""
+    def _begin_forward(self, forward_batch: Any, requests: Optional[int] = None) -> None:
+        """Record the forward's requests in batch order and make sure each has its view; with
+        ``requests``, only the first that many (a CUDA-graph batch's rows after them are padding)."""
         self._reads = {}
         self._lowbit_reads = {}
-        rows = forward_batch.req_pool_indices.tolist()
+        rows = forward_batch.req_pool_indices[:requests].tolist()
         seq_lens = (
-            forward_batch.seq_lens_cpu.tolist()
+            forward_batch.seq_lens_cpu[:requests].tolist()
             if forward_batch.seq_lens_cpu is not None
-            else forward_batch.seq_lens.tolist()
+            else forward_batch.seq_lens[:requests].tolist()
         )
         if forward_batch.forward_mode.is_decode():
             extend_lens = [1] * len(rows)
