@@ -241,12 +241,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
 
         ``q``: ``(batch, q_heads * head_dim)``; returns ``(batch, q_heads * v_head_dim)``.
         """
-        refuse_unsupported_layer(layer)
-        if k is None or v is None:
-            raise NotImplementedError(
-                "sglang-pask layer groups need the layer's fresh K/V in the attention call "
-                f"(layer {layer.layer_id} passed none)"
-            )
+        _refuse_layer(layer, k, v)
         assert self._graph_metadata is not None and self._stock_metadata is not None
         group = self._layer_group(layer)
         metadata = self._graph_metadata[group]
@@ -285,12 +280,7 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
 
         ``q``: ``(tokens, q_heads * head_dim)``; returns ``(tokens, q_heads * v_head_dim)``.
         """
-        refuse_unsupported_layer(layer)
-        if k is None or v is None:
-            raise NotImplementedError(
-                "sglang-pask layer groups need the layer's fresh K/V in the attention call "
-                f"(layer {layer.layer_id} passed none)"
-            )
+        _refuse_layer(layer, k, v)
         group = self._layer_group(layer)
         prune: Optional[StructKVPass] = getattr(forward_batch, PASS_ATTRIBUTE, None) if is_extend else None
         if any(located is not None for located in self._lowbit_located(group)):
@@ -434,6 +424,16 @@ class LayerGroupTritonAttnBackend(LayerGroupReads, TritonAttnBackend):
             values = v_cache[physical].movedim(0, 1).to(query.dtype)
             self._observe(index, group, layer, query, keys, values, positions, is_extend, prune, score)
             start += new
+
+
+def _refuse_layer(layer: Any, k: Optional[torch.Tensor], v: Optional[torch.Tensor]) -> None:
+    """Layers the group reads cannot serve: not causal full attention, or no fresh K/V passed in."""
+    refuse_unsupported_layer(layer)
+    if k is None or v is None:
+        raise NotImplementedError(
+            "sglang-pask layer groups need the layer's fresh K/V in the attention call "
+            f"(layer {layer.layer_id} passed none)"
+        )
 
 
 def _refuse_unsupported_backend(backend: TritonAttnBackend) -> None:
